@@ -1,0 +1,50 @@
+"""Training signal: GRPO shared outcome advantages and PPO metadata.
+
+GRPO (over **rollouts**, never over segments):
+
+    A_r = (R_r − mean_{g(r)} R) / (std_{g(r)} R + ε),   ε = 1e-6        (``--no-std``: A_r = R_r − mean)
+
+where g(r) is the rollout's task group and std is the population standard deviation.
+Every segment of rollout r gets A_r. Normalizing over segment rows instead would give
+a rollout that compacted k times k+1 votes in the mean — the segment-count bias. A
+group of one has no baseline: its advantage is 0 and it is counted in the report.
+
+PPO metadata for cross-trajectory GAE (CompactionRL), per segment s of a rollout:
+``n_s`` = trainable tokens of s, and ``N_{>s} = Σ_{t>s} n_t``, so the trainer can
+apply ``Â(s,i) = (γλ)^{N_{>s}} · A_loc(s,i)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+EPSILON = 1e-6
+
+
+def group_advantages(group_ids: np.ndarray, rewards: np.ndarray, use_std: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rollout advantages and group sizes.
+
+    ``group_ids``: one group key per rollout (any hashable dtype); ``rewards``: float.
+    Returns ``(advantage, group_size)`` aligned with the inputs.
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    _, inverse, counts = np.unique(group_ids, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=rewards)
+    means = sums / counts
+    centered = rewards - means[inverse]
+    adv = centered
+    if use_std:
+        var = np.bincount(inverse, weights=centered * centered) / counts
+        adv = centered / (np.sqrt(var)[inverse] + EPSILON)
+    sizes = counts[inverse]
+    adv = np.where(sizes > 1, adv, 0.0)
+    return adv, sizes
+
+
+def trainable_tokens_after(per_segment: list[int]) -> list[int]:
+    """N_{>s} for each segment s of one rollout, given n_s in segment order."""
+    after, total = [], 0
+    for n in reversed(per_segment):
+        after.append(total)
+        total += n
+    return after[::-1]

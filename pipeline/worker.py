@@ -1,0 +1,154 @@
+"""Run one build task: records → validated rollouts → segment rows → one part file.
+
+A task writes, under ``OUT/.parts/``, ``part-NNNNNN.parquet`` (rows without the
+group-dependent columns), ``part-NNNNNN.quarantine.jsonl`` and, last, the completion
+marker ``part-NNNNNN.json`` with its counts. Each is written to a temporary name and
+renamed, so a killed build leaves either a complete part or none, and a rerun skips
+every part whose marker exists (resume).
+
+Every record ends in exactly one place: rows (accepted) or quarantine (with file, line,
+format and a reason), so ``read = accepted + quarantined`` holds per task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow.parquet as pq
+
+from pipeline.canonical_io import iter_jsonl_lines, iter_parquet_records, parse_rollout
+from pipeline.inputs import CANONICAL, Task
+from pipeline.render import ChatRenderer, TemplateError
+from pipeline.rows import RejectedRollout, RowBatch, RowOptions, masked_segments
+from pipeline.segment import Segmenter
+from schemas.rollout import Rollout
+
+RAW_EXCERPT_LIMIT = 1 << 20  # quarantined raw text kept per record (file + line point to the rest)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    out: str
+    tokenizer: str | None
+    chat_template: str | None
+    options: RowOptions
+
+
+_SEGMENTERS: dict[tuple, Segmenter] = {}
+
+
+def segmenter_for(config: WorkerConfig) -> Segmenter:
+    """One tokenizer + renderer per process, loaded on first use."""
+    key = (config.tokenizer, config.chat_template)
+    if key not in _SEGMENTERS:
+        from pipeline.tokenizer import load_tokenizer
+
+        _SEGMENTERS[key] = Segmenter(ChatRenderer(load_tokenizer(config.tokenizer, config.chat_template)))
+    return _SEGMENTERS[key]
+
+
+def part_paths(out: str, index: int) -> tuple[Path, Path, Path]:
+    base = Path(out) / ".parts" / f"part-{index:06d}"
+    return base.with_suffix(".parquet"), base.with_suffix(".quarantine.jsonl"), base.with_suffix(".json")
+
+
+def _items(task: Task) -> Iterator[tuple[int | None, Rollout | None, str | None, str | None]]:
+    """(line, rollout, rejection reason, raw text) for each record of the task;
+    ``(line, None, None, reason)`` for skipped non-call records."""
+    path = Path(task.path)
+    if task.format == CANONICAL:
+        try:
+            records = (iter_parquet_records(path) if path.suffix == ".parquet"
+                       else iter_jsonl_lines(path, task.start, task.end, task.first_line))
+            for raw in records:
+                try:
+                    yield raw.line, parse_rollout(raw.data), None, None
+                except ValueError as exc:
+                    yield raw.line, None, str(exc), raw.data[:RAW_EXCERPT_LIMIT].decode("utf-8", "replace")
+        except (OSError, EOFError, ValueError) as exc:  # unreadable/corrupt file: one quarantine entry
+            yield None, None, f"cannot read file: {type(exc).__name__}: {exc}", None
+        return
+    from pipeline.readers import REGISTRY, Accepted, Rejected
+
+    reader = REGISTRY.get(task.format)
+    if reader is None:
+        yield None, None, f"unknown format {task.format!r}", None
+        return
+    try:
+        for item in reader.read(path):
+            if isinstance(item, Accepted):
+                yield item.line, item.rollout, None, None
+            elif isinstance(item, Rejected):
+                yield item.line, None, item.reason, (item.raw or "")[:RAW_EXCERPT_LIMIT]
+            else:
+                yield item.line, None, None, f"skipped: {item.reason}"
+    except Exception as exc:  # a reader bug must not lose the file silently
+        yield None, None, f"reader {task.format} failed: {type(exc).__name__}: {exc}", None
+
+
+def run_task(task: Task, config: WorkerConfig) -> dict:
+    """Process one task and write its part files; returns the task's counts."""
+    parquet_path, quarantine_path, marker = part_paths(config.out, task.index)
+    segmenter = segmenter_for(config)
+    batch = RowBatch()
+    stats: Counter = Counter()
+    skipped: Counter = Counter()
+    seams: Counter = Counter()
+    quarantine_lines: list[bytes] = []
+
+    def reject(line, reason, raw):
+        stats["quarantined"] += 1
+        entry = {"file": task.path, "line": line, "format": task.format, "reason": reason}
+        if raw:
+            entry["raw"] = raw
+        quarantine_lines.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
+
+    ordinal = 0
+    for line, rollout, reason, raw in _items(task):
+        if rollout is None and reason is None:
+            skipped[raw.removeprefix("skipped: ")] += 1
+            continue
+        stats["read"] += 1
+        if rollout is None:
+            reject(line, reason, raw)
+            continue
+        try:
+            segments, dropped = masked_segments(rollout, segmenter, config.options)
+            batch.add_rollout(rollout, ordinal, segments)
+        except (RejectedRollout, TemplateError) as exc:
+            reject(line, f"rollout {rollout.rollout_id}: {exc}", None)
+            continue
+        ordinal += 1
+        stats["accepted"] += 1
+        stats["dropped_truncated_segments"] += dropped
+        stats["segments"] += len(segments)
+        if not segments:
+            stats["rollouts_without_segments"] += 1
+        for m in segments:
+            seams[m.segment.seam_kind] += 1
+            stats["tokens"] += len(m.segment.tokens)
+            stats["trainable_tokens"] += m.num_trainable_tokens
+            stats["drift_realigned"] += m.segment.drift_realigned
+            stats["calls"] += len(m.segment.spans)
+    parquet_path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(parquet_path, lambda tmp: pq.write_table(batch.to_table(), tmp, compression="zstd"))
+    _atomic_write(quarantine_path, lambda tmp: Path(tmp).write_bytes(b"".join(quarantine_lines)))
+    result = {
+        "task": task.index, "file": task.path, "format": task.format, "rows": batch.num_rows,
+        "counts": dict(stats), "skipped": dict(skipped), "seams": dict(seams),
+    }
+    _atomic_write(marker, lambda tmp: Path(tmp).write_text(json.dumps(result, sort_keys=True)))
+    return result
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    write(str(tmp))
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

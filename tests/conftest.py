@@ -1,0 +1,31 @@
+"""Shared fixtures: the real tokenizer (built offline once per session) and renderers."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from pipeline.tokenizer import load_tokenizer
+
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def renderer(tokenizer):
+    from pipeline.render import ChatRenderer
+
+    return ChatRenderer(tokenizer)
+
+
+@pytest.fixture(scope="session")
+def drop_reasoning_renderer():
+    from pipeline.render import ChatRenderer
+    from pipeline.tokenizer import load_tokenizer
+
+    return ChatRenderer(load_tokenizer(None, "chatml-tools-drop-reasoning"))

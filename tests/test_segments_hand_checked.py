@@ -1,0 +1,118 @@
+"""Hand-checked segmentation: exact tokens and masks of small rollouts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.mask import MaskOptions, mask_segment
+from pipeline.segment import Segmenter
+from schemas.rollout import Rollout
+
+IM_START, IM_END, NEWLINE = 151644, 151645, 198
+SYSTEM, USER, ASSISTANT = 8948, 872, 77091
+
+CALL_1 = 'Reading.\n<tool_call>\n{"name": "read", "arguments": {"path": "a.py"}}\n</tool_call><|im_end|>'
+SUMMARY = "Goal: fix a.py. Read it: x=1.<|im_end|>"
+CALL_3 = "Done.<|im_end|>"
+
+
+def three_call_rollout(**extra) -> Rollout:
+    return Rollout.model_validate({
+        "rollout_id": "r1", "task_id": "t1", "source": "hand", "reward": 1.0, **extra,
+        "events": [
+            {"type": "message", "id": "s", "role": "system", "content": "You fix bugs."},
+            {"type": "message", "id": "u", "role": "user", "content": "Fix a.py"},
+            {"type": "message", "id": "a1", "role": "assistant", "content": "Reading.",
+             "tool_calls": [{"id": "c1", "name": "read", "arguments": '{"path": "a.py"}'}]},
+            {"type": "message", "id": "t1", "role": "tool", "tool_call_id": "c1", "content": "x=1"},
+            {"type": "message", "id": "q", "role": "user", "content": "Summarize."},
+            {"type": "message", "id": "a2", "role": "assistant", "kind": "summary",
+             "content": "Goal: fix a.py. Read it: x=1."},
+            {"type": "rewrite", "id": "rw", "reason": "compaction", "trigger": "budget", "context": [
+                {"type": "keep", "id": "s"},
+                {"type": "message", "id": "res", "role": "user", "content": "Resume: Goal: fix a.py. Read it: x=1."},
+            ]},
+            {"type": "message", "id": "a3", "role": "assistant", "content": "Done."},
+        ],
+    })
+
+
+def expected(renderer, pieces: list[tuple[str, int]]) -> tuple[list[int], list[int]]:
+    ids, mask = [], []
+    for text, trained in pieces:
+        piece = renderer.encode(text).tolist()
+        ids += piece
+        mask += [trained] * len(piece)
+    return ids, mask
+
+
+def test_compaction_splits_three_calls_into_two_segments_token_by_token(renderer):
+    segments = Segmenter(renderer).segments(three_call_rollout())
+    assert [s.seam_kind for s in segments] == ["none", "compaction"]
+    assert [s.seam_trigger for s in segments] == [None, "budget"]
+
+    ids0, mask0 = expected(renderer, [
+        ("<|im_start|>system\nYou fix bugs.<|im_end|>\n<|im_start|>user\nFix a.py<|im_end|>\n<|im_start|>assistant\n", 0),
+        (CALL_1, 1),
+        ("\n<|im_start|>user\n<tool_response>\nx=1\n</tool_response><|im_end|>\n"
+         "<|im_start|>user\nSummarize.<|im_end|>\n<|im_start|>assistant\n", 0),
+        (SUMMARY, 1),
+    ])
+    ids1, mask1 = expected(renderer, [
+        ("<|im_start|>system\nYou fix bugs.<|im_end|>\n<|im_start|>user\nResume: Goal: fix a.py. Read it: x=1."
+         "<|im_end|>\n<|im_start|>assistant\n", 0),
+        (CALL_3, 1),
+    ])
+    for seg, ids, mask in ((segments[0], ids0, mask0), (segments[1], ids1, mask1)):
+        masked = mask_segment(seg, MaskOptions(), renderer.eos_id, [False] * len(seg.spans))
+        assert seg.tokens.tolist() == ids
+        assert masked.loss_mask.tolist() == mask
+    # The scaffolding is Qwen2.5's real special tokens at their real ids.
+    assert ids0[:4] == [IM_START, SYSTEM, NEWLINE, ids0[3]]
+    assert ids1[-1] == IM_END and mask1[-1] == 1
+    assert ids0[ids0.index(ASSISTANT) - 1] == IM_START
+
+
+def test_each_generated_output_is_trained_once_and_decodes_back(renderer):
+    segments = Segmenter(renderer).segments(three_call_rollout())
+    trained = []
+    for seg in segments:
+        for span in seg.spans:
+            trained.append(renderer.decode(seg.tokens[span.start:span.start + span.length]))
+    assert trained == [CALL_1, SUMMARY, CALL_3]
+
+
+def test_summary_tokens_are_trained_only_in_the_segment_that_generated_them(renderer):
+    segments = Segmenter(renderer).segments(three_call_rollout())
+    summary_ids = renderer.encode("Goal: fix a.py. Read it: x=1.").tolist()
+    first = mask_segment(segments[0], MaskOptions(), renderer.eos_id, [False, False])
+    second = mask_segment(segments[1], MaskOptions(), renderer.eos_id, [False])
+    start = segments[0].spans[1].start
+    assert segments[0].tokens[start:start + len(summary_ids)].tolist() == summary_ids
+    assert first.loss_mask[start:start + len(summary_ids)].all()
+    # In the next segment the summary text is context: present, never trained.
+    text1 = renderer.decode(segments[1].tokens)
+    assert "Goal: fix a.py. Read it: x=1." in text1
+    assert second.loss_mask.sum() == len(renderer.encode(CALL_3))
+
+
+def test_mask_summaries_option_masks_only_summary_outputs(renderer):
+    seg = Segmenter(renderer).segments(three_call_rollout())[0]
+    masked = mask_segment(seg, MaskOptions(mask_summaries=True), renderer.eos_id, [False, False])
+    assert masked.trained == [True, False]
+    assert masked.loss_mask.sum() == len(renderer.encode(CALL_1))
+
+
+def test_logged_token_ids_win_over_rendering(renderer):
+    rollout = three_call_rollout()
+    calls = rollout.calls()
+    # Log a valid, non-canonical tokenization of call 3's output ("Do" + "ne." + eos).
+    odd = renderer.encode("Do").tolist() + renderer.encode("ne.").tolist() + [IM_END]
+    assert renderer.decode(odd) == CALL_3 and odd != renderer.encode(CALL_3).tolist()
+    calls[2].output_ids = odd
+    calls[2].logprobs = [-0.5] * len(odd)
+    seg = Segmenter(renderer).segments(rollout)[1]
+    masked = mask_segment(seg, MaskOptions(), renderer.eos_id, [True])
+    span = seg.spans[0]
+    assert seg.tokens[span.start:].tolist() == odd
+    assert np.allclose(masked.logprobs[span.start:], -0.5) and not masked.logprobs[:span.start].any()
