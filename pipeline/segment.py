@@ -64,7 +64,13 @@ class Segment:
 
 @dataclass
 class _Builder:
-    """A segment under construction: token chunks appended in order."""
+    """A segment under construction.
+
+    ``chunks`` is the training sequence. ``engine`` is what the inference engine's next
+    prompt must extend: the last call's input as the engine had it plus that call's
+    sampled output (it differs from ``chunks`` only after a drift was realigned, where
+    the engine re-tokenized an earlier output that the training sequence keeps as sampled).
+    """
 
     seam_kind: str
     seam_trigger: str | None
@@ -72,6 +78,8 @@ class _Builder:
     length: int = 0
     spans: list[CallSpan] = field(default_factory=list)
     drift_realigned: int = 0
+    engine: list[np.ndarray] = field(default_factory=list)
+    engine_output_start: int = 0
     context_ids: list[str] = field(default_factory=list)  # message ids rendered so far (incremental mode)
 
     def add(self, ids: np.ndarray) -> None:
@@ -79,13 +87,27 @@ class _Builder:
             self.chunks.append(ids)
             self.length += len(ids)
 
+    def add_output(self, ids: np.ndarray) -> None:
+        self.engine_output_start = sum(len(c) for c in self.engine)
+        self.engine.append(ids)
+        self.add(ids)
+
     def tokens(self) -> np.ndarray:
-        if len(self.chunks) > 1:
-            self.chunks = [np.concatenate(self.chunks)]
-        return self.chunks[0] if self.chunks else np.zeros(0, dtype=np.int32)
+        self.chunks = [_joined(self.chunks)]
+        return self.chunks[0]
+
+    def engine_tokens(self) -> np.ndarray:
+        self.engine = [_joined(self.engine)]
+        return self.engine[0]
 
     def finish(self) -> Segment:
         return Segment(self.tokens(), self.spans, self.seam_kind, self.seam_trigger, self.drift_realigned)
+
+
+def _joined(chunks: list[np.ndarray]) -> np.ndarray:
+    if not chunks:
+        return np.zeros(0, dtype=np.int32)
+    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
 def replay(rollout: Rollout) -> list[CallView]:
@@ -119,6 +141,7 @@ class Segmenter:
 
     def __init__(self, renderer: ChatRenderer):
         self.r = renderer
+        self._generation_prompt_ids = renderer.encode(renderer.generation_prompt())
 
     def segments(self, rollout: Rollout) -> list[Segment]:
         calls = replay(rollout)
@@ -146,7 +169,7 @@ class Segmenter:
                 call.message.finish_reason == "length",
                 np.asarray(call.message.logprobs, dtype=np.float32) if call.message.logprobs is not None else None,
             ))
-            seg.add(out)
+            seg.add_output(out)
             if self.r.incremental and call.message.prompt_ids is None:
                 seg.context_ids = [m.id for m in call.context] + [call.message.id]
             else:
@@ -172,7 +195,9 @@ class Segmenter:
 
     def _start(self, call: CallView, pieces: "_PieceCache", kind: str, trigger: str | None) -> _Builder:
         seg = _Builder(kind, trigger)
-        seg.add(self._prompt(call, pieces))
+        prompt = self._prompt(call, pieces)
+        seg.add(prompt)
+        seg.engine = [prompt]
         return seg
 
     # -- does call i+1 extend the segment? ------------------------------------------------
@@ -184,27 +209,37 @@ class Segmenter:
             now = call.context
             if len(now) >= len(known) and all(m.id == k for m, k in zip(now, known)):
                 rendered_out = pieces.output(prev)
+                tail = np.concatenate([pieces.trailer(prev), pieces.context(now[len(known):], False),
+                                       pieces.generation_prompt()])
                 if prev.message.output_ids is None or np.array_equal(prev_out, rendered_out):
-                    return np.concatenate([pieces.trailer(prev), pieces.context(now[len(known):], False),
-                                           pieces.generation_prompt()])
-                # The history re-renders the sampled output with other ids: realign when the
-                # text is the same, else let the token comparison find the seam.
+                    seg.engine.append(tail)
+                    return tail
+                if self.r.decode(prev_out) == self.r.decode(rendered_out):
+                    # History re-renders the sampled output with other ids, same text: realign.
+                    seg.drift_realigned += 1
+                    seg.engine = [seg.engine_tokens()[:seg.engine_output_start], rendered_out, tail]
+                    return tail
         return self._extension_by_tokens(seg, self._prompt(call, pieces))
 
     def _extension_by_tokens(self, seg: _Builder, prompt: np.ndarray) -> np.ndarray | None:
-        have = seg.tokens()
+        have = seg.engine_tokens()
         n = len(have)
-        if len(prompt) >= n and np.array_equal(prompt[:n], have):
+        m = min(n, len(prompt))
+        diff = np.flatnonzero(prompt[:m] != have[:m])
+        first_mismatch = int(diff[0]) if len(diff) else m
+        if first_mismatch == n:
+            seg.engine = [prompt]
             return prompt[n:]
-        last = seg.spans[-1]
-        start, end = last.start, last.start + last.length
-        if len(prompt) < start or not np.array_equal(prompt[:start], have[:start]):
+        # Drift is realigned only inside the last assistant turn (its generation prompt
+        # and output): a BPE merge across the prompt/output boundary is drift too.
+        if first_mismatch < seg.engine_output_start - len(self._generation_prompt_ids):
             return None
-        consumed = _retokenized_length(self.r, prompt[start:], self.r.decode(have[start:end]))
+        consumed = _retokenized_length(self.r, prompt[first_mismatch:], self.r.decode(have[first_mismatch:]))
         if consumed is None:
             return None
         seg.drift_realigned += 1
-        return prompt[start + consumed:]
+        seg.engine = [prompt]
+        return prompt[first_mismatch + consumed:]
 
 
 def _retokenized_length(r: ChatRenderer, tail: np.ndarray, text: str) -> int | None:
@@ -239,28 +274,39 @@ class _PieceCache:
         return self.r.encode(self.r.generation_prompt())
 
     def context(self, messages, at_start: bool = True) -> np.ndarray:
-        """Tokens of ``messages``; ``at_start`` when they open the context (first piece differs)."""
+        """Tokens of ``messages``; ``at_start`` when they open the context (first piece differs).
+
+        An assistant turn in history is tokenized as it was generated — generation
+        prompt, output, trailer — so history never re-tokenizes what the policy sampled.
+        """
         keys = [(m.id, at_start and i == 0) for i, m in enumerate(messages)]
-        todo = [(k, m) for k, m in zip(keys, messages) if k not in self._pieces]
+        todo = [(k, m) for k, m in zip(keys, messages) if k not in self._pieces and not self._as_turn(k, m)]
         if todo:
             texts = [self.r.piece(template_message(m), first, self.tools) for (_, first), m in todo]
             for (key, _), ids in zip(todo, self.r.encode_many(texts)):
                 self._pieces[key] = ids
+        for key, m in zip(keys, messages):
+            if key not in self._pieces:
+                out, trailer = self._output_pair(m)
+                self._pieces[key] = np.concatenate([self.generation_prompt(), out, trailer])
         if not keys:
             return np.zeros(0, dtype=np.int32)
         return np.concatenate([self._pieces[k] for k in keys])
 
-    def _output_pair(self, call: CallView) -> tuple[np.ndarray, np.ndarray]:
-        mid = call.message.id
-        if mid not in self._outputs:
-            ctx = None if self.r.incremental else [template_message(m) for m in call.context]
-            generated, trailer = self.r.output_text(template_message(call.message), self.tools, ctx)
+    @staticmethod
+    def _as_turn(key: tuple[str, bool], m: MessageEvent) -> bool:
+        return m.role == "assistant" and not key[1]
+
+    def _output_pair(self, message: MessageEvent, context=None) -> tuple[np.ndarray, np.ndarray]:
+        if message.id not in self._outputs:
+            ctx = None if self.r.incremental else [template_message(m) for m in context]
+            generated, trailer = self.r.output_text(template_message(message), self.tools, ctx)
             out, tr = self.r.encode_many([generated, trailer])
-            self._outputs[mid] = (out, tr)
-        return self._outputs[mid]
+            self._outputs[message.id] = (out, tr)
+        return self._outputs[message.id]
 
     def output(self, call: CallView) -> np.ndarray:
-        return self._output_pair(call)[0]
+        return self._output_pair(call.message, call.context)[0]
 
     def trailer(self, call: CallView) -> np.ndarray:
-        return self._output_pair(call)[1]
+        return self._output_pair(call.message, call.context)[1]

@@ -1,0 +1,118 @@
+"""Property tests over random rollouts: masks, prefixes, advantages, PPO metadata."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.advantage import group_advantages, trainable_tokens_after
+from pipeline.mask import MaskOptions, mask_segment
+from pipeline.render import template_message
+from pipeline.segment import Segmenter, replay
+from tests.strategies import TOOLS, log_token_ids, oracle_output, rollouts
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def masked_runs(tokens: np.ndarray, mask: np.ndarray) -> list[tuple[int, int]]:
+    runs, start = [], None
+    for i, m in enumerate(mask.tolist() + [0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def trained_texts(renderer, segments) -> list[str]:
+    texts = []
+    for seg in segments:
+        masked = mask_segment(seg, MaskOptions(), renderer.eos_id, [False] * len(seg.spans))
+        assert len(masked.loss_mask) == len(seg.tokens)
+        texts += [renderer.decode(seg.tokens[a:b]) for a, b in masked_runs(seg.tokens, masked.loss_mask)]
+    return texts
+
+
+@SETTINGS
+@given(rollouts())
+def test_decoding_the_masked_spans_gives_every_generated_output_exactly_once(renderer, rollout):
+    segments = Segmenter(renderer).segments(rollout)
+    assert trained_texts(renderer, segments) == [oracle_output(c) for c in rollout.calls()]
+
+
+@SETTINGS
+@given(rollouts())
+def test_every_call_input_is_a_prefix_of_its_segment_as_apply_chat_template_renders_it(renderer, tokenizer, rollout):
+    segments = Segmenter(renderer).segments(rollout)
+    calls = {c.index: c for c in replay(rollout)}
+    for seg in segments:
+        for span in seg.spans:
+            context = [template_message(m) for m in calls[span.call_index].context]
+            text = tokenizer.apply_chat_template(context, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+            assert renderer.decode(seg.tokens[:span.start]) == text
+
+
+@SETTINGS
+@given(rollouts())
+def test_seams_are_exactly_the_rewrites_that_change_the_token_prefix(renderer, rollout):
+    segments = Segmenter(renderer).segments(rollout)
+    assert segments[0].seam_kind == "none"
+    assert all(s.seam_kind in ("compaction", "edit") for s in segments[1:])
+    assert sum(len(s.spans) for s in segments) == len(rollout.calls())
+
+
+@SETTINGS
+@given(rollouts(), st.sampled_from(["full", "output", "noncanonical"]), st.integers(1, 30))
+def test_logged_ids_are_trained_verbatim_and_drift_is_realigned_not_split(renderer, rollout, mode, split_at):
+    logged = log_token_ids(rollout, renderer, mode, split_at)
+    plain = Segmenter(renderer).segments(rollout)
+    segments = Segmenter(renderer).segments(logged)
+    assert [s.seam_kind for s in segments] == [s.seam_kind for s in plain]
+    outputs = [seg.tokens[s.start:s.start + s.length].tolist() for seg in segments for s in seg.spans]
+    assert outputs == [c.output_ids for c in logged.calls()]
+    if mode == "full":
+        assert all(s.drift_realigned == 0 for s in segments)
+        assert [s.tokens.tolist() for s in segments] == [s.tokens.tolist() for s in plain]
+
+
+@SETTINGS
+@given(rollouts())
+def test_template_that_drops_reasoning_splits_at_every_call_after_reasoning(drop_reasoning_renderer, rollout):
+    segments = Segmenter(drop_reasoning_renderer).segments(rollout)
+    assert trained_texts(drop_reasoning_renderer, segments) == [oracle_output(c) for c in rollout.calls()]
+    calls = rollout.calls()
+    for prev_seg, seg in zip(segments, segments[1:]):
+        if seg.seam_kind == "template":
+            assert calls[prev_seg.spans[-1].call_index].reasoning
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.floats(-3, 3, allow_nan=False)), min_size=1, max_size=40),
+       st.booleans())
+def test_group_advantages_sum_to_zero_over_rollouts_of_each_task(items, use_std):
+    groups = np.array([g for g, _ in items])
+    rewards = np.array([r for _, r in items])
+    adv, sizes = group_advantages(groups, rewards, use_std)
+    for g in set(groups.tolist()):
+        sel = groups == g
+        assert abs(adv[sel].sum()) < 1e-6 * max(1, sel.sum())
+        assert (sizes[sel] == sel.sum()).all()
+        if sel.sum() == 1:
+            assert adv[sel][0] == 0
+
+
+def test_group_advantage_hand_computed():
+    adv, _ = group_advantages(np.array(["a", "a", "a", "a", "b"]), np.array([1.0, 0.0, 0.0, 0.0, 1.0]))
+    # mean 0.25, population std sqrt(0.1875) = 0.4330127
+    assert np.allclose(adv, [0.75 / (0.4330127 + 1e-6), -0.25 / (0.4330127 + 1e-6), -0.25 / (0.4330127 + 1e-6),
+                             -0.25 / (0.4330127 + 1e-6), 0.0], atol=1e-6)
+    adv, _ = group_advantages(np.array(["a", "a"]), np.array([1.0, 0.0]), use_std=False)
+    assert adv.tolist() == [0.5, -0.5]
+
+
+@given(st.lists(st.integers(0, 1000), min_size=1, max_size=10))
+def test_trainable_tokens_after_counts_later_segments_only(n_s):
+    after = trainable_tokens_after(n_s)
+    assert after == [sum(n_s[i + 1:]) for i in range(len(n_s))]
