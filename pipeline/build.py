@@ -19,11 +19,14 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import sys
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 from pipeline import __version__
 from pipeline.inputs import Task, plan_tasks, resolve_inputs
@@ -53,6 +56,11 @@ class BuildConfig:
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     overwrite: bool = False
     progress: bool = True
+    engine: str = "local"
+    ray_address: str | None = None
+    # Optional per-rollout stage with extra columns and side outputs (judge/sft.py:
+    # SftStage for build-sft); None builds plain RL rows.
+    stage: Any = None
 
     def row_options(self):
         from pipeline.mask import MaskOptions
@@ -64,7 +72,10 @@ class BuildConfig:
         """What determines the output bytes (not: out, workers, progress)."""
         keep = ("kind", "format", "use_std", "mask_summaries", "last_call_only", "drop_truncated",
                 "rows_per_shard", "chunk_bytes", "chat_template")
-        return {k: getattr(self, k) for k in keep}
+        fingerprint = {k: getattr(self, k) for k in keep}
+        if self.stage is not None:
+            fingerprint["stage"] = self.stage.fingerprint()
+        return fingerprint
 
 
 @dataclass
@@ -87,15 +98,26 @@ class OutputLock:
         self.fh = None
 
     def __enter__(self):
-        self.fh = open(self.path, "a+")
-        try:
-            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.fh.close()
-            raise BuildError(f"{self.path.parent} is in use by another seam build (lock {self.path}); wait for it or pick another --out") from None
-        return self
+        while True:
+            fh = open(self.path, "a+")
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.close()
+                raise BuildError(f"{self.path.parent} is in use by another seam build (lock {self.path}); wait for it or pick another --out") from None
+            # A finishing build unlinks the file before unlocking it: a lock taken on that
+            # unlinked file excludes nobody, so lock the file that is there now instead.
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fh.fileno()).st_ino:
+                    self.fh = fh
+                    return self
+            except FileNotFoundError:
+                pass
+            fh.close()
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
+        if exc_type is not None:  # e.g. disk full: leave no half-written file behind
+            _remove_temporaries(self.path.parent)
         # Unlink while still holding the lock so a finished build leaves no stray file.
         self.path.unlink(missing_ok=True)
         fcntl.flock(self.fh, fcntl.LOCK_UN)
@@ -103,12 +125,15 @@ class OutputLock:
 
 
 def _tokenizer_info(config: BuildConfig) -> dict:
-    from pipeline.render import ChatRenderer
+    from pipeline.render import ChatRenderer, TemplateError
     from pipeline.tokenizer import load_tokenizer, tokenizer_fingerprint
 
     tokenizer = load_tokenizer(config.tokenizer, config.chat_template)
     info = tokenizer_fingerprint(tokenizer)
-    info["incremental_rendering"] = ChatRenderer(tokenizer).incremental
+    try:
+        info["incremental_rendering"] = ChatRenderer(tokenizer).incremental
+    except TemplateError as exc:
+        raise BuildError(f"the chat template ({config.chat_template or 'of the tokenizer'}) cannot be used: {exc}") from None
     return info
 
 
@@ -116,17 +141,32 @@ def _check_out_dir(out: Path, fingerprint: str, overwrite: bool) -> bool:
     """True when ``out`` already holds this exact build. Raises for a foreign directory."""
     manifest_path = out / "manifest.json"
     if manifest_path.exists():
-        manifest = json.loads(manifest_path.read_text())
+        try:
+            manifest = json.loads(manifest_path.read_text())
+            assert isinstance(manifest, dict)
+        except (ValueError, AssertionError):
+            if not overwrite:
+                raise BuildError(f"{out}/manifest.json is not a seam manifest; choose another --out (or --overwrite)") from None
+            manifest = {}
         if manifest.get("shard_schema_version") != SHARD_SCHEMA_VERSION:
             if not overwrite:
+                rebuild = manifest.get("command") or f"seam build-{manifest.get('kind', 'rl')} INPUT... --out {out}"
                 raise BuildError(
                     f"{out} was built with shard schema {manifest.get('shard_schema_version')} (this seam writes "
-                    f"{SHARD_SCHEMA_VERSION}); rebuild it: {manifest.get('command', 'seam build-rl ...')} --overwrite")
+                    f"{SHARD_SCHEMA_VERSION}); rebuild it: {rebuild}"
+                    + ("" if "--overwrite" in rebuild.split() else " --overwrite"))
         elif manifest.get("fingerprint") == fingerprint:
+            # Killed after writing its manifest, a build may have left its parts behind.
+            shutil.rmtree(out / ".parts", ignore_errors=True)
+            _remove_temporaries(out)
             return True
         elif not overwrite:
             raise BuildError(f"{out} already holds a different build; pass --overwrite to replace it or choose another --out")
         _clear(out)
+    elif (out / ".parts" / "fingerprint").exists():
+        # An interrupted seam build: its finished parts resume (if the fingerprint still
+        # matches) and whatever it had finalized is rewritten from them.
+        _clear(out, keep=(".lock", ".parts"))
     elif out.exists() and any(p.name not in (".lock", ".parts") for p in out.iterdir()):
         if not overwrite:
             raise BuildError(f"{out} is not empty and is not a seam build; choose an empty --out (or --overwrite)")
@@ -134,11 +174,17 @@ def _check_out_dir(out: Path, fingerprint: str, overwrite: bool) -> bool:
     return False
 
 
-def _clear(out: Path) -> None:
-    for p in out.iterdir():
-        if p.name == ".lock":
+def _clear(out: Path, keep: tuple[str, ...] = (".lock",)) -> None:
+    # The manifest goes first: a directory cleared halfway must not look like a finished build.
+    for p in sorted(out.iterdir(), key=lambda p: p.name != "manifest.json"):
+        if p.name in keep:
             continue
         shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def _remove_temporaries(out: Path) -> None:
+    for leftover in [*out.glob(".*.tmp*"), *out.glob(".parts/.*.tmp*")]:
+        leftover.unlink(missing_ok=True)
 
 
 def run_build(config: BuildConfig, command: str = "") -> BuildResult:
@@ -165,36 +211,49 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
             shutil.rmtree(parts)
         parts.mkdir(exist_ok=True)
         stamp.write_text(fingerprint)
-        for leftover in parts.glob(".*.tmp*"):
-            leftover.unlink()
+        _remove_temporaries(out)
         done = {t.index: json.loads(part_paths(config.out, t.index)[2].read_text())
                 for t in tasks if part_paths(config.out, t.index)[2].exists()}
         resumed = len(done)
         todo = [t for t in tasks if t.index not in done]
-        wconf = WorkerConfig(config.out, config.tokenizer, config.chat_template, config.row_options())
+        wconf = WorkerConfig(config.out, config.tokenizer, config.chat_template, config.row_options(), config.stage)
         with task_progress(config.progress, len(tasks), resumed) as advance:
-            for result in _run_tasks(todo, wconf, config.workers):
+            for result in _run_tasks(todo, wconf, config):
                 done[result["task"]] = result
                 advance(result)
         results = [done[t.index] for t in tasks]
         return _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command)
 
 
-def _run_tasks(tasks: list[Task], wconf: WorkerConfig, workers: int):
+def _run_tasks(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
+    if config.engine == "ray":
+        from pipeline.ray_engine import run_tasks_on_ray
+
+        yield from run_tasks_on_ray(tasks, wconf, config.ray_address, config.workers)
+        return
+    workers = config.workers
     if workers <= 1 or len(tasks) <= 1:
         for t in tasks:
             yield run_task(t, wconf)
         return
     # spawn, not fork: the parent holds a Rust tokenizer whose thread pool must not be forked.
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=get_context("spawn"),
-                             initializer=_worker_init) as pool:
+                             initializer=_worker_init, initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(run_task, t, wconf) for t in tasks]
         for f in futures:
             yield f.result()
 
 
-def _worker_init() -> None:
+def _worker_init(parent: int) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    # A worker must die with its build (even on SIGKILL): an orphan would go on writing
+    # parts into --out while a rerun owns the directory.
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the build died before the line above ran
+            os._exit(1)
 
 
 def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command) -> BuildResult:
@@ -209,9 +268,13 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resume
         f["skipped"] += sum(r["skipped"].values())
     indices = [t.index for t in tasks]
     total_rows = sum(r["rows"] for r in results)
-    shards = write_shards(config.out, indices, total_rows, config.rows_per_shard, config.use_std)
+    extra_fields = config.stage.extra_fields if config.stage is not None else []
+    shards = write_shards(config.out, indices, total_rows, config.rows_per_shard, config.use_std, extra_fields)
     quarantined = merge_quarantine(config.out, indices)
-    assert quarantined == counts["quarantined"], "quarantine file and counts disagree"
+    # A stage may quarantine records that are not rollouts (judge corrections), counted apart.
+    assert quarantined == counts["quarantined"] + counts["corrections_quarantined"], "quarantine file and counts disagree"
+    if config.stage is not None:
+        counts.update(config.stage.finalize(config.out, indices))
     group_of_one = _groups_of_one(out, shards)
     for k in ("read", "accepted", "quarantined"):
         counts.setdefault(k, 0)
@@ -220,7 +283,7 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resume
         "shard_schema_version": SHARD_SCHEMA_VERSION,
         "kind": config.kind,
         "command": command,
-        "config": {k: v for k, v in asdict(config).items() if k not in ("progress",)},
+        "config": config.fingerprint_config(),
         "fingerprint": fingerprint,
         "tokenizer": tok_info,
         "inputs": inputs,
@@ -235,7 +298,7 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resume
     }
     from pipeline.card import write_card
 
-    write_card(out, manifest)
+    write_card(out, manifest, extra_fields)
     write_json(out / "manifest.json", manifest)
     shutil.rmtree(out / ".parts", ignore_errors=True)
     return BuildResult(out, shards, counts, seams, skipped, per_file, group_of_one, resumed, manifest)

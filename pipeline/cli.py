@@ -11,7 +11,14 @@ import sys
 COMMAND_MODULES = [
     "pipeline.commands.schema",
     "pipeline.commands.build_rl",
+    "pipeline.commands.ingest",
+    "pipeline.commands.stats",
     "trainer.commands",
+    "judge.commands",
+    "pipeline.commands.sql",
+    "pipeline.commands.report",
+    "pipeline.commands.export",
+    "pipeline.commands.simulate",
 ]
 
 

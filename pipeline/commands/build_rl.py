@@ -35,6 +35,12 @@ def add_build_arguments(p) -> None:
                    help="Worker processes (default: all cores). Output is byte-identical for any value.")
     p.add_argument("--chunk-mb", type=float, default=4.0,
                    help="Uncompressed JSONL is split into byte ranges of about this size, one task each (default 4).")
+    p.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="local: worker processes on this machine. ray: the same stage functions on Ray Data "
+                        "(map_batches over Arrow); needs `pip install 'seam[ray]'` and, on a cluster, an --out "
+                        "on a filesystem every node can write. Output is identical for both.")
+    p.add_argument("--ray-address", default=None,
+                   help="Address of a running Ray cluster (e.g. ray://head:10001 or auto). Default: start a local Ray.")
     p.add_argument("--overwrite", action="store_true", help="Replace an existing build in --out.")
     p.add_argument("--no-progress", action="store_true", help="No progress bar (logs, CI).")
 
@@ -46,12 +52,18 @@ def config_from_args(args, kind: str):
         raise UsageError("--rows-per-shard must be at least 1")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    if args.engine == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise UsageError("--engine ray needs Ray Data: pip install 'seam[ray]' (or 'ray[data]')")
     return BuildConfig(
         inputs=args.inputs, out=args.out, kind=kind, format=args.format, tokenizer=args.tokenizer,
         chat_template=args.chat_template, use_std=not getattr(args, "no_std", False),
         mask_summaries=args.mask_summaries, last_call_only=args.last_call_only, drop_truncated=args.drop_truncated,
         rows_per_shard=args.rows_per_shard, chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))), workers=args.workers,
         overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
+        engine=args.engine, ray_address=args.ray_address,
     )
 
 

@@ -1,0 +1,67 @@
+"""Run build tasks on Ray Data: the same stage function, ``map_batches`` over Arrow.
+
+The task list becomes an Arrow table with one explicit schema (``TASK_SCHEMA``); each
+Ray worker is an actor (``TaskRunner``) that loads the tokenizer once and runs
+``worker.run_task`` — the very function the local executor runs — writing its part
+files under ``OUT/.parts``. Blocks carry only Arrow columns (task fields in, counts as a
+JSON string out), never pickled Python objects. The driver then finalizes exactly as
+the local executor does (group advantages, ``train-XXXXX-of-NNNNN`` shards), so Ray and
+local builds are identical row for row. On a cluster, ``--out`` must be a path every
+node can write (a shared filesystem).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Iterator
+
+import pyarrow as pa
+
+from pipeline.inputs import Task
+from pipeline.worker import WorkerConfig, run_task
+
+TASK_SCHEMA = pa.schema([
+    ("index", pa.int64()), ("path", pa.string()), ("format", pa.string()),
+    ("start", pa.int64()), ("end", pa.int64()), ("first_line", pa.int64()),
+])
+RESULT_SCHEMA = pa.schema([("index", pa.int64()), ("result", pa.string())])
+
+
+class TaskRunner:
+    """A Ray Data actor: one tokenizer per worker process, loaded in ``__init__``."""
+
+    def __init__(self, config: WorkerConfig):
+        from pipeline.worker import segmenter_for
+
+        self.config = config
+        segmenter_for(config)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        indices, results = [], []
+        for row in batch.cast(TASK_SCHEMA).to_pylist():
+            task = Task(row["index"], row["path"], row["format"], row["start"], row["end"], row["first_line"])
+            indices.append(task.index)
+            results.append(json.dumps(run_task(task, self.config), sort_keys=True))
+        return pa.table([pa.array(indices, pa.int64()), pa.array(results, pa.string())], schema=RESULT_SCHEMA)
+
+
+def run_tasks_on_ray(tasks: list[Task], config: WorkerConfig, address: str | None, workers: int) -> Iterator[dict]:
+    import ray
+
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    if not tasks:
+        return
+    table = pa.Table.from_pylist([asdict(t) for t in tasks], schema=TASK_SCHEMA)
+    dataset = ray.data.from_arrow(table).repartition(len(tasks))
+    results = dataset.map_batches(
+        TaskRunner, fn_constructor_kwargs={"config": config}, batch_size=1, batch_format="pyarrow",
+        concurrency=max(1, min(workers, len(tasks))), num_cpus=1,
+    )
+    for batch in results.iter_batches(batch_format="pyarrow", batch_size=None):
+        for result in batch.column("result").to_pylist():
+            yield json.loads(result)
