@@ -8,8 +8,11 @@ Output directory lifecycle:
 - ``OUT/.lock`` is held (``flock``) for the whole build: a second build into the same
   directory refuses at once; the lock dies with the process, even on SIGKILL.
 - ``OUT/.parts/`` holds finished tasks; a rerun with the same fingerprint skips them.
+  Worker processes die with the build, so nothing writes into ``OUT`` after a kill.
 - Shards, ``quarantine.jsonl``, ``README.md`` and ``manifest.json`` (last) are renamed
-  into place; ``.parts`` is removed once the manifest exists.
+  into place; ``.parts`` is removed once the manifest exists. A rerun of an interrupted
+  build rewrites whatever it had finalized from the parts, so a killed build rerun gives
+  the bytes of an uninterrupted one; a failed build removes its temporary files.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
-from pipeline.inputs import Task, plan_tasks, resolve_inputs
+from pipeline.inputs import Task, plan_tasks, resolve_inputs, walked_files
 from pipeline.shard_schema import SHARD_SCHEMA_VERSION
 from pipeline.worker import WorkerConfig, part_paths, run_task
 from pipeline.write import file_sha256, merge_quarantine, write_json, write_shards
@@ -126,9 +129,9 @@ class OutputLock:
 
 def _tokenizer_info(config: BuildConfig) -> dict:
     from pipeline.render import ChatRenderer, TemplateError
-    from pipeline.tokenizer import load_tokenizer, tokenizer_fingerprint
+    from pipeline.tokenizer import load_build_tokenizer, tokenizer_fingerprint
 
-    tokenizer = load_tokenizer(config.tokenizer, config.chat_template)
+    tokenizer = load_build_tokenizer(config.tokenizer, config.chat_template)
     info = tokenizer_fingerprint(tokenizer)
     try:
         info["incremental_rendering"] = ChatRenderer(tokenizer).incremental
@@ -196,7 +199,7 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
     fp_source = json.dumps({"config": config.fingerprint_config(), "tokenizer": tok_info,
                             "inputs": [i["sha256"] for i in inputs], "version": __version__}, sort_keys=True)
     fingerprint = hashlib.sha256(fp_source.encode()).hexdigest()
-    tasks = plan_tasks(files, config.format, config.chunk_bytes)
+    tasks = plan_tasks(files, config.format, config.chunk_bytes, walked_files(config.inputs))
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     with OutputLock(out):
@@ -212,8 +215,10 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
         parts.mkdir(exist_ok=True)
         stamp.write_text(fingerprint)
         _remove_temporaries(out)
+        # A task is done when all three of its files are there (a kill while .parts was
+        # being removed can leave a marker without its part).
         done = {t.index: json.loads(part_paths(config.out, t.index)[2].read_text())
-                for t in tasks if part_paths(config.out, t.index)[2].exists()}
+                for t in tasks if all(p.exists() for p in part_paths(config.out, t.index))}
         resumed = len(done)
         todo = [t for t in tasks if t.index not in done]
         wconf = WorkerConfig(config.out, config.tokenizer, config.chat_template, config.row_options(), config.stage)

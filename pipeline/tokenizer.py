@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 from functools import lru_cache
@@ -164,45 +165,112 @@ def default_tokenizer_dir(template: str = "chatml-tools") -> Path:
 
 @lru_cache(maxsize=4)
 def load_tokenizer(spec: str | None = None, chat_template: str | None = None):
-    """Load a fast tokenizer: ``None``/``qwen2.5`` for the built-in one, else a local directory.
+    """The ``transformers`` tokenizer: ``None``/``qwen2.5`` for the built-in one, else a local directory.
 
     ``chat_template`` is a name from ``CHAT_TEMPLATES`` or a path to a ``.jinja`` file
-    and replaces the directory's own template.
+    and replaces the directory's own template. The build itself uses the lighter
+    ``load_build_tokenizer``; trainers and tests use this one.
     """
     from transformers import AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if spec in (None, "", DEFAULT_TOKENIZER):
-        path = default_tokenizer_dir()
-    else:
-        path = Path(spec).expanduser()
-        if not path.is_dir():
-            raise TokenizerError(
-                f"--tokenizer {spec}: not a directory. Pass a local Hugging Face tokenizer directory "
-                f"(with tokenizer.json) or '{DEFAULT_TOKENIZER}' for the built-in one; nothing is downloaded."
-            )
-        if not (path / "tokenizer.json").exists() and not (path / "tokenizer_config.json").exists():
-            raise TokenizerError(f"--tokenizer {spec}: no tokenizer.json or tokenizer_config.json in that directory")
+    path = _tokenizer_dir(spec)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:  # transformers raises many types; the user needs one line
         raise TokenizerError(f"--tokenizer {spec}: cannot load it ({type(exc).__name__}: {str(exc).splitlines()[0]})") from exc
     if not getattr(tokenizer, "is_fast", False):
         raise TokenizerError(f"--tokenizer {spec}: seam needs a fast (Rust) tokenizer with a tokenizer.json")
+    tokenizer.chat_template = _resolve_template(spec, chat_template, tokenizer.chat_template)
+    return tokenizer
+
+
+class LocalTokenizer:
+    """What the build needs of a tokenizer directory, read without ``transformers``.
+
+    ``transformers.AutoTokenizer`` imports torch when it is installed (seconds per worker
+    process); the build only needs the Rust tokenizer, the special tokens and the chat
+    template, which a Hugging Face directory stores as plain files. Directories without
+    a ``tokenizer.json`` (slow tokenizers) go through ``AutoTokenizer`` once instead.
+    """
+
+    def __init__(self, name_or_path: str, backend, chat_template: str | None, special: dict[str, str]):
+        self.name_or_path = name_or_path
+        self.backend_tokenizer = backend
+        self.chat_template = chat_template
+        self.special_tokens_map = special
+        self.eos_token = special.get("eos_token")
+        added = [t.content for t in backend.get_added_tokens_decoder().values() if t.special]
+        self.all_special_tokens = list(dict.fromkeys(added + [v for v in special.values() if v]))
+
+    def convert_tokens_to_ids(self, token: str) -> int | None:
+        return self.backend_tokenizer.token_to_id(token)
+
+    def __len__(self) -> int:
+        return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
+
+
+def _token_text(value) -> str | None:
+    if isinstance(value, dict):
+        return value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _directory_template(path: Path, config: dict) -> str | None:
+    if (path / "chat_template.jinja").exists():
+        return (path / "chat_template.jinja").read_text()
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: the default one
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default") or next(iter(named.values()), None)
+    return template if isinstance(template, str) else None
+
+
+def _resolve_template(spec: str | None, chat_template: str | None, current: str | None) -> str:
     if chat_template:
         if chat_template in CHAT_TEMPLATES:
-            tokenizer.chat_template = CHAT_TEMPLATES[chat_template]
-        elif Path(chat_template).is_file():
-            tokenizer.chat_template = Path(chat_template).read_text()
-        else:
-            raise TokenizerError(
-                f"--chat-template {chat_template}: not a file and not one of {', '.join(CHAT_TEMPLATES)}"
-            )
-    if not tokenizer.chat_template:
+            return CHAT_TEMPLATES[chat_template]
+        if Path(chat_template).is_file():
+            return Path(chat_template).read_text()
+        raise TokenizerError(f"--chat-template {chat_template}: not a file and not one of {', '.join(CHAT_TEMPLATES)}")
+    if not current:
         raise TokenizerError(
-            f"--tokenizer {spec}: the tokenizer has no chat template; pass --chat-template chatml-tools or a .jinja file"
-        )
-    return tokenizer
+            f"--tokenizer {spec}: the tokenizer has no chat template; pass --chat-template chatml-tools or a .jinja file")
+    return current
+
+
+def _tokenizer_dir(spec: str | None) -> Path:
+    if spec in (None, "", DEFAULT_TOKENIZER):
+        return default_tokenizer_dir()
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        raise TokenizerError(
+            f"--tokenizer {spec}: not a directory. Pass a local Hugging Face tokenizer directory "
+            f"(with tokenizer.json) or '{DEFAULT_TOKENIZER}' for the built-in one; nothing is downloaded.")
+    if not (path / "tokenizer.json").exists() and not (path / "tokenizer_config.json").exists():
+        raise TokenizerError(f"--tokenizer {spec}: no tokenizer.json or tokenizer_config.json in that directory")
+    return path
+
+
+@lru_cache(maxsize=4)
+def load_build_tokenizer(spec: str | None = None, chat_template: str | None = None) -> LocalTokenizer:
+    """The tokenizer the build renders and encodes with (torch-free when possible)."""
+    from tokenizers import Tokenizer
+
+    path = _tokenizer_dir(spec)
+    if not (path / "tokenizer.json").exists():
+        hf = load_tokenizer(spec, chat_template)
+        return LocalTokenizer(str(path), hf.backend_tokenizer, hf.chat_template,
+                              {k: v for k, v in hf.special_tokens_map.items() if isinstance(v, str)})
+    try:
+        backend = Tokenizer.from_file(str(path / "tokenizer.json"))
+        config = json.loads((path / "tokenizer_config.json").read_text()) if (path / "tokenizer_config.json").exists() else {}
+    except Exception as exc:  # corrupt files: one line for the user
+        raise TokenizerError(f"--tokenizer {spec}: cannot load it ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+    special = {key: text for key in ("bos_token", "eos_token", "unk_token", "pad_token")
+               if (text := _token_text(config.get(key)))}
+    template = _resolve_template(spec, chat_template, _directory_template(path, config))
+    return LocalTokenizer(str(path), backend, template, special)
 
 
 def tokenizer_fingerprint(tokenizer) -> dict[str, str]:

@@ -13,16 +13,17 @@ format and a reason), so ``read = accepted + quarantined`` holds per task.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pyarrow.parquet as pq
 
-from pipeline.canonical_io import iter_jsonl_lines, iter_parquet_records, parse_rollout
-from pipeline.inputs import CANONICAL, Task
+from pipeline.canonical_io import UNREADABLE, iter_jsonl_lines, iter_parquet_records, parse_rollout
+from pipeline.inputs import CANONICAL, UNRECOGNISED, Task
 from pipeline.render import ChatRenderer, TemplateError
 from pipeline.rows import RejectedRollout, RowBatch, RowOptions, masked_segments
 from pipeline.segment import Segmenter
@@ -37,6 +38,7 @@ class WorkerConfig:
     tokenizer: str | None
     chat_template: str | None
     options: RowOptions
+    stage: Any = None  # BuildConfig.stage: per-rollout prepare, segment filter, extra columns
 
 
 _SEGMENTERS: dict[tuple, Segmenter] = {}
@@ -46,9 +48,9 @@ def segmenter_for(config: WorkerConfig) -> Segmenter:
     """One tokenizer + renderer per process, loaded on first use."""
     key = (config.tokenizer, config.chat_template)
     if key not in _SEGMENTERS:
-        from pipeline.tokenizer import load_tokenizer
+        from pipeline.tokenizer import load_build_tokenizer
 
-        _SEGMENTERS[key] = Segmenter(ChatRenderer(load_tokenizer(config.tokenizer, config.chat_template)))
+        _SEGMENTERS[key] = Segmenter(ChatRenderer(load_build_tokenizer(config.tokenizer, config.chat_template)))
     return _SEGMENTERS[key]
 
 
@@ -70,14 +72,14 @@ def _items(task: Task) -> Iterator[tuple[int | None, Rollout | None, str | None,
                     yield raw.line, parse_rollout(raw.data), None, None
                 except ValueError as exc:
                     yield raw.line, None, str(exc), raw.data[:RAW_EXCERPT_LIMIT].decode("utf-8", "replace")
-        except (OSError, EOFError, ValueError) as exc:  # unreadable/corrupt file: one quarantine entry
+        except UNREADABLE as exc:  # unreadable/corrupt file: one quarantine entry
             yield None, None, f"cannot read file: {type(exc).__name__}: {exc}", None
         return
     from pipeline.readers import REGISTRY, Accepted, Rejected
 
     reader = REGISTRY.get(task.format)
     if reader is None:
-        yield None, None, f"unknown format {task.format!r}", None
+        yield None, None, _why_unrecognised(path) if task.format == UNRECOGNISED else f"unknown format {task.format!r}", None
         return
     try:
         for item in reader.read(path):
@@ -91,11 +93,22 @@ def _items(task: Task) -> Iterator[tuple[int | None, Rollout | None, str | None,
         yield None, None, f"reader {task.format} failed: {type(exc).__name__}: {exc}", None
 
 
+def _why_unrecognised(path: Path) -> str:
+    from pipeline.inputs import detect_format
+
+    try:
+        detect_format(path)
+    except ValueError as exc:
+        return str(exc)
+    return f"{path}: format not recognised when the build was planned"
+
+
 def run_task(task: Task, config: WorkerConfig) -> dict:
     """Process one task and write its part files; returns the task's counts."""
     parquet_path, quarantine_path, marker = part_paths(config.out, task.index)
     segmenter = segmenter_for(config)
-    batch = RowBatch()
+    task_stage = config.stage.open_task(config.out, task.index) if config.stage is not None else None
+    batch = RowBatch(config.stage.extra_fields if config.stage is not None else ())
     stats: Counter = Counter()
     skipped: Counter = Counter()
     seams: Counter = Counter()
@@ -117,9 +130,21 @@ def run_task(task: Task, config: WorkerConfig) -> dict:
         if rollout is None:
             reject(line, reason, raw)
             continue
+        if task_stage is not None:
+            rollout, reason, extra_entries = task_stage.prepare(rollout)
+            for entry in extra_entries:
+                quarantine_lines.append(json.dumps({"file": task.path, "line": line, **entry}, ensure_ascii=False).encode() + b"\n")
+            if rollout is None:
+                reject(line, reason, None)
+                continue
         try:
+            _check_numbers(rollout, len(segmenter.r.tokenizer))
             segments, dropped = masked_segments(rollout, segmenter, config.options)
+            if task_stage is not None:
+                segments = [m for m in segments if task_stage.keep_segment(len(m.segment.tokens))]
             batch.add_rollout(rollout, ordinal, segments)
+            if task_stage is not None:
+                batch.add_extra(task_stage.accept(rollout, segments))
         except (RejectedRollout, TemplateError) as exc:
             reject(line, f"rollout {rollout.rollout_id}: {exc}", None)
             continue
@@ -135,6 +160,8 @@ def run_task(task: Task, config: WorkerConfig) -> dict:
             stats["trainable_tokens"] += m.num_trainable_tokens
             stats["drift_realigned"] += m.segment.drift_realigned
             stats["calls"] += len(m.segment.spans)
+    if task_stage is not None:
+        stats.update(task_stage.close())
     parquet_path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(parquet_path, lambda tmp: pq.write_table(batch.to_table(), tmp, compression="zstd"))
     _atomic_write(quarantine_path, lambda tmp: Path(tmp).write_bytes(b"".join(quarantine_lines)))
@@ -144,6 +171,21 @@ def run_task(task: Task, config: WorkerConfig) -> dict:
     }
     _atomic_write(marker, lambda tmp: Path(tmp).write_text(json.dumps(result, sort_keys=True)))
     return result
+
+
+def _check_numbers(rollout: Rollout, vocab_size: int) -> None:
+    """Numbers that would corrupt rows instead of failing: a non-finite reward makes its
+    whole task group's advantages NaN; a logged id outside this tokenizer's vocabulary
+    decodes to nothing (or overflows int32)."""
+    if rollout.reward is not None and not math.isfinite(rollout.reward):
+        raise RejectedRollout(f"reward is {rollout.reward}, not a finite number")
+    for call in rollout.calls():
+        for name in ("prompt_ids", "output_ids"):
+            ids = getattr(call, name)
+            if ids and (min(ids) < 0 or max(ids) >= vocab_size):
+                bad = min(ids) if min(ids) < 0 else max(ids)
+                raise RejectedRollout(f"message {call.id}: {name} holds {bad}, not a token id of this tokenizer "
+                                      f"(vocabulary size {vocab_size}); was it logged with another tokenizer?")
 
 
 def _atomic_write(path: Path, write) -> None:
