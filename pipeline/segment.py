@@ -147,6 +147,8 @@ class Segmenter:
         calls = replay(rollout)
         tools = rollout.tools or None
         pieces = _PieceCache(self.r, tools)
+        if self.r.incremental and any(c.message.prompt_ids is None for c in calls):
+            pieces.prefetch(rollout, calls)
         done: list[Segment] = []
         seg: _Builder | None = None
         prev: CallView | None = None
@@ -272,6 +274,32 @@ class _PieceCache:
 
     def generation_prompt(self) -> np.ndarray:
         return self.r.encode(self.r.generation_prompt())
+
+    def prefetch(self, rollout: Rollout, calls: list[CallView]) -> None:
+        """Render every message of the rollout once and tokenize them all in one batch
+        (one call into the Rust tokenizer per rollout instead of one per message)."""
+        messages = [e for e in rollout.events if isinstance(e, MessageEvent)]
+        messages += [m for e in rollout.events if isinstance(e, RewriteEvent)
+                     for m in e.context if isinstance(m, MessageEvent)]
+        firsts = {c.context[0].id: c.context[0] for c in calls if c.context}
+        jobs: list[tuple[str, object]] = []
+        texts: list[str] = []
+        for m in messages:
+            if m.role == "assistant":
+                texts += self.r.output_text(template_message(m), self.tools)
+                jobs.append(("output", m.id))
+            elif (m.id, False) not in self._pieces:
+                texts.append(self.r.piece(template_message(m), False, self.tools))
+                jobs.append(("piece", (m.id, False)))
+        for mid, m in firsts.items():
+            texts.append(self.r.piece(template_message(m), True, self.tools))
+            jobs.append(("piece", (mid, True)))
+        encoded = iter(self.r.encode_many(texts))
+        for kind, key in jobs:
+            if kind == "output":
+                self._outputs[key] = (next(encoded), next(encoded))
+            else:
+                self._pieces[key] = next(encoded)
 
     def context(self, messages, at_start: bool = True) -> np.ndarray:
         """Tokens of ``messages``; ``at_start`` when they open the context (first piece differs).

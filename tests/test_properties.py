@@ -72,9 +72,8 @@ def test_logged_ids_are_trained_verbatim_and_drift_is_realigned_not_split(render
     assert [s.seam_kind for s in segments] == [s.seam_kind for s in plain]
     outputs = [seg.tokens[s.start:s.start + s.length].tolist() for seg in segments for s in seg.spans]
     assert outputs == [c.output_ids for c in logged.calls()]
-    if mode == "full":
-        assert all(s.drift_realigned == 0 for s in segments)
-        assert [s.tokens.tolist() for s in segments] == [s.tokens.tolist() for s in plain]
+    # Whatever the ids, every segment spells the same text as the rendered one.
+    assert [renderer.decode(s.tokens) for s in segments] == [renderer.decode(s.tokens) for s in plain]
 
 
 @SETTINGS
