@@ -31,3 +31,16 @@ test: $(STAMP)
 
 clean:
 	rm -rf out .seam-cache
+
+## Two PPO steps on CPU on out/rl with a tiny random Qwen2-style model built locally (no download)
+out/tiny-model/config.json: $(STAMP)
+	$(BIN)/seam make-tiny-model --out out/tiny-model
+
+train-step: build-rl-shards out/tiny-model/config.json
+	$(BIN)/seam train-step --shards out/rl --model out/tiny-model --steps 2 --device cpu \
+		--rollouts-per-step 2 --max-step-tokens 16384 --recompute-old-logprobs
+
+## Benchmarks: ratios measured in one run, table on stdout, numbers in out/bench.json
+bench: $(STAMP)
+	$(BIN)/pip install -q 'ray[data]>=2.9'
+	$(BIN)/python bench/run.py

@@ -1,0 +1,268 @@
+"""One PPO step with a critic on seam's segments (CompactionRL).
+
+Per step, on the segments of a few whole rollouts:
+
+1. pack the segments into micro-batches by token budget (``batching.pack``);
+2. without gradients: old log-probs of the trainable tokens — the shard's ``logprobs``
+   when the segment logged them, else the policy before the update — and critic values;
+3. cross-trajectory GAE per segment (``gae.cross_trajectory_gae``): advantages Â and
+   critic targets G;
+4. ``critic_updates`` critic updates (default 2), each one optimizer step over all
+   micro-batches with the clipped value loss;
+5. one policy update with the clipped surrogate, or only its diagnostics during the
+   first ``critic_warmup_steps`` steps (the critic learns before it steers the policy).
+   Steps 4-5 repeat ``policy_updates`` times (PPO epochs; default 1), the advantages
+   staying those of step 3, so from the second pass on the ratio ρ moves off 1.
+
+Both losses are normalised per token over the whole step (``losses.token_level``):
+each micro-batch adds ``Σ ℓ / |M|`` to the accumulated gradient. Gradients are clipped
+by global norm; AdamW keeps separate learning rates (2e-6 policy, 3e-6 critic). On GPU
+the forward and backward run under bf16 autocast over fp32 master weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trainer.batching import MicroBatch, Segment, pack
+from trainer.flops import ModelShape
+from trainer.gae import DEFAULT_ALPHA, cross_trajectory_gae
+from trainer.losses import approx_kl, clipped_surrogate, clipped_value_loss, token_level
+from trainer.models import Critic, copy_tokenizer, policy_hidden, token_logprobs
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    policy_lr: float = 2e-6
+    critic_lr: float = 3e-6
+    weight_decay: float = 0.0
+    clip_eps: float = 0.2
+    value_clip: float = 0.2
+    policy_updates: int = 1           # passes over the step's batch (PPO epochs)
+    critic_updates: int = 2           # critic optimizer steps per policy update
+    critic_warmup_steps: int = 0
+    gamma: float = 1.0
+    lam: float | None = None          # None: length-adaptive λ_s = 1 - 1/(α·n_s)
+    alpha: float = DEFAULT_ALPHA
+    max_grad_norm: float = 1.0
+    micro_batch_tokens: int = 4096
+    recompute_old_logprobs: bool = False  # ignore the shard's logprobs (e.g. a model that did not sample them)
+    bf16: bool = False
+
+    def __post_init__(self):
+        problems = [
+            (self.policy_updates < 1, "policy_updates must be at least 1"),
+            (self.critic_updates < 0, "critic_updates must be 0 or more"),
+            (self.micro_batch_tokens < 1, "micro_batch_tokens must be positive"),
+            (not 0 < self.clip_eps < 1, "clip_eps must lie in (0, 1)"),
+            (self.lam is not None and not 0 <= self.lam <= 1, "lam must lie in [0, 1]"),
+            (not 0 < self.gamma <= 1, "gamma must lie in (0, 1]"),
+            (self.alpha <= 0, "alpha must be positive"),
+        ]
+        for broken, message in problems:
+            if broken:
+                raise ValueError(message)
+
+
+@dataclass
+class PreparedBatch:
+    """A packed micro-batch on the device, restricted to its trainable positions ``[M_mb]``."""
+
+    batch: MicroBatch
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    positions: torch.Tensor
+    targets: torch.Tensor
+    old_logprobs: torch.Tensor
+    old_values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    recomputed: int = 0  # trainable positions whose old log-prob came from the policy, not the shard
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    step: int
+    policy_updated: bool
+    policy_loss: float
+    value_loss: float
+    clip_fraction: float
+    approx_kl: float
+    entropy: float
+    advantage_mean: float
+    advantage_std: float
+    advantage_min: float
+    advantage_max: float
+    rollouts: int
+    segments: int
+    tokens: int
+    trainable_tokens: int
+    seconds: float
+    model_flops: float
+    shard_logprob_tokens: int  # old log-probs taken from the shard rather than recomputed
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+    def mfu(self, peak_flops: float) -> float:
+        return self.model_flops / (self.seconds * peak_flops)
+
+
+class PPOTrainer:
+    def __init__(self, policy: torch.nn.Module, critic: Critic, config: PPOConfig, device: torch.device):
+        self.policy, self.critic, self.config, self.device = policy, critic, config, device
+        fused = device.type == "cuda"  # one kernel for the whole update instead of one per tensor
+        self.policy_opt = torch.optim.AdamW(policy.parameters(), lr=config.policy_lr,
+                                            weight_decay=config.weight_decay, fused=fused)
+        self.critic_opt = torch.optim.AdamW(critic.parameters(), lr=config.critic_lr,
+                                            weight_decay=config.weight_decay, fused=fused)
+        self.policy_shape = ModelShape.of(policy)
+        self.critic_shape = ModelShape.of(critic.backbone)
+        self.steps_done = 0
+
+    def autocast(self):
+        if self.config.bf16:
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    # -- 1-3: pack, old log-probs, values, advantages ------------------------------------
+
+    def prepare(self, segments: list[Segment]) -> list[PreparedBatch]:
+        """Micro-batches of the step with old log-probs, old values, Â and G filled in."""
+        prepared = [self._to_device(b) for b in pack(segments, self.config.micro_batch_tokens)]
+        with torch.no_grad(), self.autocast():
+            for p in prepared:
+                missing = torch.isnan(p.old_logprobs) | self.config.recompute_old_logprobs
+                p.recomputed = int(missing.sum())
+                if p.recomputed:
+                    hidden = policy_hidden(self.policy, p.input_ids, p.position_ids)[p.positions]
+                    logp, _ = token_logprobs(self.policy, hidden, p.targets)
+                    p.old_logprobs = torch.where(missing, logp, p.old_logprobs)
+                p.old_values = self.critic(p.input_ids, p.position_ids, p.positions)
+        for p in prepared:
+            self._fill_advantages(p, segments)
+        return prepared
+
+    def _to_device(self, batch: MicroBatch) -> PreparedBatch:
+        positions = np.flatnonzero(batch.trainable)
+
+        def as_long(array: np.ndarray) -> torch.Tensor:
+            return torch.as_tensor(array, dtype=torch.long, device=self.device)
+
+        return PreparedBatch(batch, as_long(batch.input_ids), as_long(batch.position_ids), as_long(positions),
+                             as_long(batch.targets[positions]),
+                             torch.as_tensor(batch.old_logprobs[positions], device=self.device))
+
+    def _fill_advantages(self, p: PreparedBatch, segments: list[Segment]) -> None:
+        positions = p.positions.cpu().numpy()
+        values = p.old_values.float().cpu().numpy()
+        advantages = np.zeros_like(values, dtype=np.float64)
+        returns = np.zeros_like(values, dtype=np.float64)
+        for index, start, end in p.batch.spans:
+            lo, hi = np.searchsorted(positions, [start, end])
+            seg = segments[index]
+            advantages[lo:hi], returns[lo:hi] = cross_trajectory_gae(
+                values[lo:hi], seg.reward, seg.trainable_tokens_after, self.config.gamma, self.config.lam, self.config.alpha)
+        p.advantages = torch.as_tensor(advantages, dtype=torch.float32, device=self.device)
+        p.returns = torch.as_tensor(returns, dtype=torch.float32, device=self.device)
+
+    # -- 4: critic -------------------------------------------------------------------------
+
+    def critic_update(self, prepared: list[PreparedBatch], total_trainable: int) -> float:
+        """One optimizer step of the critic; returns the token-level clipped value loss."""
+        self.critic_opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for p in prepared:
+            with self.autocast():
+                values = self.critic(p.input_ids, p.position_ids, p.positions)
+            loss = token_level(clipped_value_loss(values, p.old_values, p.returns, self.config.value_clip), total_trainable)
+            loss.backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.config.max_grad_norm)
+        self.critic_opt.step()
+        return total
+
+    # -- 5: policy -------------------------------------------------------------------------
+
+    def policy_pass(self, prepared: list[PreparedBatch], total_trainable: int, update: bool) -> dict[str, float]:
+        """Token-level surrogate and its diagnostics; with ``update``, also one optimizer step."""
+        sums = dict(policy_loss=0.0, clipped=0.0, approx_kl=0.0, entropy=0.0)
+        if update:
+            self.policy_opt.zero_grad(set_to_none=True)
+        with contextlib.nullcontext() if update else torch.no_grad():
+            for p in prepared:
+                with self.autocast():
+                    hidden = policy_hidden(self.policy, p.input_ids, p.position_ids)[p.positions]
+                    logp, entropy = token_logprobs(self.policy, hidden, p.targets, with_entropy=True)
+                per_token, clipped = clipped_surrogate(logp, p.old_logprobs, p.advantages, self.config.clip_eps)
+                loss = token_level(per_token, total_trainable)
+                if update:
+                    loss.backward()
+                sums["policy_loss"] += loss.item()
+                sums["clipped"] += clipped.sum().item()
+                sums["approx_kl"] += approx_kl(logp.detach(), p.old_logprobs).sum().item()
+                sums["entropy"] += entropy.sum().item()
+        if update:
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.max_grad_norm)
+            self.policy_opt.step()
+        return dict(policy_loss=sums["policy_loss"], clip_fraction=sums["clipped"] / total_trainable,
+                    approx_kl=sums["approx_kl"] / total_trainable, entropy=sums["entropy"] / total_trainable)
+
+    # -- the step --------------------------------------------------------------------------
+
+    def step(self, segments: list[Segment]) -> StepMetrics:
+        started = time.perf_counter()
+        prepared = self.prepare(segments)
+        total_trainable = sum(int(p.positions.numel()) for p in prepared)
+        if total_trainable == 0:
+            raise ValueError("the step's segments have no trainable tokens")
+        update_policy = self.steps_done >= self.config.critic_warmup_steps
+        value_losses, passes = [], []
+        for _ in range(self.config.policy_updates):
+            value_losses += [self.critic_update(prepared, total_trainable) for _ in range(self.config.critic_updates)]
+            passes.append(self.policy_pass(prepared, total_trainable, update=update_policy))
+        policy = {key: float(np.mean([p[key] for p in passes])) for key in passes[0]}
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+        self.steps_done += 1
+
+        advantages = torch.cat([p.advantages for p in prepared])
+        return StepMetrics(
+            step=self.steps_done, policy_updated=update_policy, policy_loss=policy["policy_loss"],
+            value_loss=float(np.mean(value_losses)) if value_losses else float("nan"),
+            clip_fraction=policy["clip_fraction"], approx_kl=policy["approx_kl"], entropy=policy["entropy"],
+            advantage_mean=advantages.mean().item(), advantage_std=advantages.std(unbiased=False).item(),
+            advantage_min=advantages.min().item(), advantage_max=advantages.max().item(),
+            rollouts=len({s.rollout_id for s in segments}), segments=len(segments),
+            tokens=sum(p.batch.num_tokens for p in prepared), trainable_tokens=total_trainable,
+            seconds=seconds, model_flops=self._step_flops(prepared, total_trainable, update_policy),
+            shard_logprob_tokens=total_trainable - sum(p.recomputed for p in prepared),
+        )
+
+    def _step_flops(self, prepared: list[PreparedBatch], trainable: int, updated: bool) -> float:
+        lengths = [end - start for p in prepared for _, start, end in p.batch.spans]
+        critic_fwd = self.critic_shape.forward_flops(lengths, 0)
+        policy_fwd = self.policy_shape.forward_flops(lengths, trainable)
+        updates = self.config.policy_updates
+        flops = critic_fwd * (1 + 3 * self.config.critic_updates * updates)  # values, then fwd+bwd per update
+        flops += policy_fwd * (3 if updated else 1) * updates                # update passes (forward only in warm-up)
+        for p in prepared:                                          # old log-probs the shard did not log
+            if p.recomputed:
+                flops += self.policy_shape.forward_flops([e - s for _, s, e in p.batch.spans], int(p.positions.numel()))
+        return flops
+
+    def save(self, out_dir: str | Path, model_dir: str | Path) -> None:
+        """``out_dir/policy`` and ``out_dir/critic``, each a loadable directory with the tokenizer."""
+        for name, model in (("policy", self.policy), ("critic", self.critic)):
+            target = Path(out_dir) / name
+            target.mkdir(parents=True, exist_ok=True)
+            model.save_pretrained(target)
+            copy_tokenizer(model_dir, target)
