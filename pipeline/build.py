@@ -61,6 +61,7 @@ class BuildConfig:
     progress: bool = True
     engine: str = "local"
     ray_address: str | None = None
+    rewards: str | None = None
     # Optional per-rollout stage with extra columns and side outputs (judge/sft.py:
     # SftStage for build-sft); None builds plain RL rows.
     stage: Any = None
@@ -78,6 +79,10 @@ class BuildConfig:
         fingerprint = {k: getattr(self, k) for k in keep}
         if self.stage is not None:
             fingerprint["stage"] = self.stage.fingerprint()
+        if self.rewards:
+            from pipeline.write import file_sha256
+
+            fingerprint["rewards_sha256"] = file_sha256(Path(self.rewards))
         return fingerprint
 
 
@@ -195,6 +200,13 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
 
     files = resolve_inputs(config.inputs)
     tok_info = _tokenizer_info(config)
+    if config.rewards:
+        from pipeline.readers.rewards import RewardsError, load_rewards
+
+        try:
+            load_rewards(Path(config.rewards))  # fail fast, before any work
+        except RewardsError as exc:
+            raise BuildError(str(exc)) from None
     inputs = [{"path": str(f), "sha256": file_sha256(f), "bytes": f.stat().st_size} for f in files]
     fp_source = json.dumps({"config": config.fingerprint_config(), "tokenizer": tok_info,
                             "inputs": [i["sha256"] for i in inputs], "version": __version__}, sort_keys=True)
@@ -221,7 +233,8 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
                 for t in tasks if all(p.exists() for p in part_paths(config.out, t.index))}
         resumed = len(done)
         todo = [t for t in tasks if t.index not in done]
-        wconf = WorkerConfig(config.out, config.tokenizer, config.chat_template, config.row_options(), config.stage)
+        wconf = WorkerConfig(config.out, config.tokenizer, config.chat_template, config.row_options(),
+                             config.rewards, config.stage)
         with task_progress(config.progress, len(tasks), resumed) as advance:
             for result in _run_tasks(todo, wconf, config):
                 done[result["task"]] = result

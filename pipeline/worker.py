@@ -38,6 +38,7 @@ class WorkerConfig:
     tokenizer: str | None
     chat_template: str | None
     options: RowOptions
+    rewards: str | None = None  # --rewards FILE: outcomes joined by rollout or session id
     stage: Any = None  # BuildConfig.stage: per-rollout prepare, segment filter, extra columns
 
 
@@ -103,10 +104,23 @@ def _why_unrecognised(path: Path) -> str:
     return f"{path}: format not recognised when the build was planned"
 
 
+_REWARDS: dict[str, dict] = {}
+
+
+def rewards_for(path: str) -> dict:
+    """The ``--rewards`` table, loaded once per process."""
+    if path not in _REWARDS:
+        from pipeline.readers.rewards import load_rewards
+
+        _REWARDS[path] = load_rewards(Path(path))
+    return _REWARDS[path]
+
+
 def run_task(task: Task, config: WorkerConfig) -> dict:
     """Process one task and write its part files; returns the task's counts."""
     parquet_path, quarantine_path, marker = part_paths(config.out, task.index)
     segmenter = segmenter_for(config)
+    rewards = rewards_for(config.rewards) if config.rewards else None
     task_stage = config.stage.open_task(config.out, task.index) if config.stage is not None else None
     batch = RowBatch(config.stage.extra_fields if config.stage is not None else ())
     stats: Counter = Counter()
@@ -130,6 +144,11 @@ def run_task(task: Task, config: WorkerConfig) -> dict:
         if rollout is None:
             reject(line, reason, raw)
             continue
+        if rewards is not None:
+            from pipeline.readers.rewards import apply_rewards
+
+            rollout, matched = apply_rewards(rollout, rewards)
+            stats["rewards_matched" if matched else "rewards_unmatched"] += 1
         if task_stage is not None:
             rollout, reason, extra_entries = task_stage.prepare(rollout)
             for entry in extra_entries:

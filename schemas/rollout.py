@@ -17,7 +17,9 @@ names the one that failed):
 - a ``Keep`` names a message that was seen before the rewrite;
 - every tool call has exactly one tool result after it (a call in the rollout's very
   last assistant message may stay unanswered: the rollout ended there, e.g. ``submit``);
-- every tool result answers a tool call made before it.
+- every tool result answers a tool call made before it (a tool message inside a
+  rewrite may also replace the result of an answered call: microcompaction clears
+  old tool outputs in place).
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ class Rollout(_Strict):
                 seen.add(event.id)
                 for item in event.context:
                     if isinstance(item, MessageEvent):
-                        self._check_message(item, seen, open_calls, answered)
+                        self._check_message(item, seen, open_calls, answered, in_rewrite=True)
                 continue
             self._check_message(event, seen, open_calls, answered)
             if event.role == "assistant":
@@ -172,10 +174,12 @@ class Rollout(_Strict):
         return self
 
     @staticmethod
-    def _check_message(msg: MessageEvent, seen: set, open_calls: dict, answered: set) -> None:
+    def _check_message(msg: MessageEvent, seen: set, open_calls: dict, answered: set, in_rewrite: bool = False) -> None:
         if msg.id in seen:
             raise ValueError(f"duplicate message id {msg.id!r}")
         seen.add(msg.id)
+        if in_rewrite and msg.role == "tool" and msg.tool_call_id in answered:
+            return  # a rewrite replaces an earlier result in place (e.g. a cleared tool output)
         for call in msg.tool_calls:
             if call.id in open_calls or call.id in answered:
                 raise ValueError(f"duplicate tool call id {call.id!r}")

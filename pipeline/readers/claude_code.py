@@ -1,0 +1,140 @@
+"""Claude Code session JSONL (``~/.claude/projects/<cwd>/<sessionId>.jsonl``).
+
+Why two passes: one API response is written as several ``assistant`` records (one per
+thinking / text / tool_use block) sharing ``message.id``, and with streaming tool
+execution a tool result can land between them. Pass one sorts records into
+conversations (the main thread and each sidechain / sub-agent) and merges the blocks
+of one response into one call; pass two (``claude_code_replay``) replays each
+conversation into events.
+
+Rewrites: ``compact_boundary`` + the following ``isCompactSummary`` user record become a
+``compaction`` rewrite whose new context is the summary (plus any messages the
+boundary says it preserved); the summary call itself is not in the file, so there is
+no summary call. ``microcompact_boundary`` clears the results of ``compactedToolIds``
+in place: a rewrite keeping everything, with those results replaced by the cleared
+placeholder. Records that are not model messages are skipped with their reason.
+Claude Code records no system prompt, tool schemas, token ids or rewards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+from pipeline.readers import Reader, ReadItem, Rejected, Skipped, register
+from pipeline.readers.claude_code_replay import Entry, Thread, thread_rollout
+from pipeline.readers.common import BAD_CONTENT, UniqueNames, content_text, iter_json_records, reason_of
+
+MESSAGE_TYPES = {"user", "assistant", "system"}
+SKIP_REASONS = {
+    "summary": "session title record (for resume; not a compaction)",
+    "file-history-snapshot": "file-history-snapshot record (undo bookkeeping)",
+    "progress": "progress record (tool/hook progress, not sent to the model)",
+}
+
+
+@register
+class ClaudeCodeReader(Reader):
+    name = "claude-code"
+    description = "Claude Code session JSONL (~/.claude/projects/*/*.jsonl), sub-agent files included"
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        for line in head.split(b"\n")[:50]:
+            if b'"parentUuid"' in line and b'"sessionId"' in line:
+                return True
+            if b'"type":"file-history-snapshot"' in line.replace(b" ", b""):
+                return True
+        return False
+
+    def read(self, path: Path) -> Iterator[ReadItem]:
+        threads: dict[str, Thread] = {}
+        thread_of: dict[str, str] = {}
+        seen: set[tuple[str, str]] = set()
+        for line, rec, error, raw in iter_json_records(path):
+            if error:
+                yield Rejected(line, error, raw)
+                continue
+            try:
+                skip = self._sort(rec, line, raw, threads, thread_of, seen)
+            except BAD_CONTENT as exc:
+                yield Rejected(line, reason_of(exc), raw)
+                continue
+            if skip:
+                yield Skipped(line, skip)
+        ids = UniqueNames()
+        for thread in threads.values():
+            yield from thread_rollout(thread, path, ids, self.name)
+
+    def _sort(self, rec: dict, line: int, raw: str, threads: dict, thread_of: dict, seen: set) -> str | None:
+        """Put one record into its conversation; returns a skip reason if it is not a message."""
+        rtype = rec.get("type")
+        if rtype not in MESSAGE_TYPES:
+            return SKIP_REASONS.get(rtype, f"'{rtype}' record: not a model message")
+        key = self._thread_key(rec, thread_of)
+        if rec.get("uuid"):
+            thread_of[str(rec["uuid"])] = key
+            fingerprint = (str(rec["uuid"]), raw.strip())
+            if fingerprint in seen:
+                return "exact duplicate of an earlier record"
+            seen.add(fingerprint)
+        thread = threads.setdefault(key, Thread(key, agent_id=rec.get("agentId")))
+        return self._collect(thread, rec, line)
+
+    @staticmethod
+    def _thread_key(rec: dict, thread_of: dict[str, str]) -> str:
+        """Main thread, or one sidechain per agent id (else per chain root)."""
+        if not rec.get("isSidechain"):
+            return "main"
+        if rec.get("agentId"):
+            return f"agent-{rec['agentId']}"
+        parent = thread_of.get(str(rec.get("parentUuid")))
+        if parent and parent != "main":
+            return parent
+        return f"sidechain-{str(rec.get('uuid', ''))[:8]}"
+
+    def _collect(self, thread: Thread, rec: dict, line: int) -> str | None:
+        """Add one record to its conversation; returns a skip reason if it adds nothing."""
+        if rec.get("sessionId") and str(rec["sessionId"]) not in thread.sessions:
+            thread.sessions.append(str(rec["sessionId"]))
+        for name in ("cwd", "version", "gitBranch"):
+            if rec.get(name) and name not in thread.meta:
+                thread.meta[name] = rec[name]
+        rtype = rec["type"]
+        if rtype == "system":
+            sub = rec.get("subtype")
+            if sub in ("compact_boundary", "microcompact_boundary"):
+                thread.windows += sub == "compact_boundary"
+                thread.entries.append(Entry(sub.split("_")[0], line, rec))
+                thread.lines.add(line)
+                return None
+            return f"system/{sub} record: not sent to the model"
+        message = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+        if rtype == "assistant":
+            if rec.get("isApiErrorMessage"):
+                return "API error message (written by Claude Code, not a model call)"
+            if message.get("model") == "<synthetic>":
+                return "synthetic assistant record (written by Claude Code, not a model call)"
+            group = f"{thread.windows}:{message.get('id') or rec.get('uuid') or line}"
+            if group in thread.calls:
+                thread.calls[group].data["records"].append(rec)
+            else:
+                thread.calls[group] = Entry("call", line, {"records": [rec]})
+                thread.entries.append(thread.calls[group])
+            thread.lines.add(line)
+            return None
+        if rec.get("isCompactSummary"):
+            thread.entries.append(Entry("summary", line, rec))
+            thread.lines.add(line)
+            return None
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+        results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+        text = content_text([b for b in blocks if not (isinstance(b, dict) and b.get("type") == "tool_result")])
+        for block in results:
+            thread.entries.append(Entry("result", line, {"rec": rec, "block": block}))
+        if text.strip():
+            thread.entries.append(Entry("user", line, {"rec": rec, "text": text}))
+        if not results and not text.strip():
+            return "empty user record"
+        thread.lines.add(line)
+        return None
