@@ -25,6 +25,11 @@ setup: $(STAMP)
 build-rl-shards: $(STAMP)
 	$(BIN)/seam build-rl $(SAMPLE) --out out/rl --overwrite
 
+## SFT shards (judge corrections, filters, audit columns) + preference pairs into out/sft/
+build-sft: $(STAMP)
+	$(BIN)/seam build-sft $(SAMPLE) --out out/sft --overwrite
+	$(BIN)/seam audit out/sft
+
 ## The test suite (hypothesis property tests included)
 test: $(STAMP)
 	$(BIN)/pytest -q

@@ -1,8 +1,10 @@
 """The dataset card (``README.md``) written into every build directory.
 
 Its YAML header tells Hugging Face ``datasets`` where the shards are and what their
-features are, so ``load_dataset("parquet", data_dir=...)`` and the Hub viewer restore
-the exact schema; the body says how the directory was built and what each column means.
+features are (``dataset_info.features``, generated from the Arrow schema of
+``pipeline/shard_schema.py`` plus a stage's extra columns), so ``load_dataset`` on the
+directory and the Hub viewer restore the exact types: int8 masks stay int8, not int64.
+The body says how the directory was built, what each column means and how to use it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.shard_schema import COLUMNS
+import pyarrow as pa
+
+from pipeline.shard_schema import SHARD_SCHEMA
 
 SEAM_KINDS = {
     "none": "first segment of a rollout",
@@ -20,20 +24,73 @@ SEAM_KINDS = {
     "template": "no rewrite, but the chat template re-rendered history differently (e.g. dropped earlier reasoning)",
 }
 
+# Arrow primitive types by the dtype name ``datasets`` gives them in YAML.
+_DTYPES = {pa.string(): "string", pa.large_string(): "large_string", pa.bool_(): "bool",
+           pa.float16(): "float16", pa.float32(): "float32", pa.float64(): "float64",
+           **{t: str(t) for t in (pa.int8(), pa.int16(), pa.int32(), pa.int64(),
+                                  pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64())}}
 
-def write_card(out: Path, manifest: dict) -> None:
-    counts = manifest["counts"]
-    lines = [
+
+def feature_yaml(dtype: pa.DataType) -> dict:
+    """One field's type in the ``dataset_info.features`` form ``datasets`` writes:
+    ``{dtype: int32}``, ``{list: int32}``, ``{list: [fields]}``, ``{struct: [fields]}``."""
+    if pa.types.is_struct(dtype):
+        return {"struct": [{"name": f.name, **feature_yaml(f.type)} for f in dtype]}
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        key = "large_list" if pa.types.is_large_list(dtype) else "list"
+        inner = feature_yaml(dtype.value_type)
+        if list(inner) in (["dtype"], ["struct"]):  # datasets' shorthand for a list of one dtype / of structs
+            return {key: next(iter(inner.values()))}
+        return {key: inner}
+    if dtype not in _DTYPES:
+        raise ValueError(f"no dataset card dtype for Arrow type {dtype}; add it to pipeline/card.py")
+    return {"dtype": _DTYPES[dtype]}
+
+
+def _yaml(value, indent: int) -> list[str]:
+    """Block YAML for the nested dicts/lists of ``feature_yaml`` (names and dtypes are plain words)."""
+    pad = " " * indent
+    if isinstance(value, list):
+        lines = []
+        for item in value:
+            item_lines = _yaml(item, indent + 2)
+            lines.append(pad + "- " + item_lines[0].lstrip())
+            lines += item_lines[1:]
+        return lines
+    lines = []
+    for key, item in value.items():
+        if isinstance(item, (dict, list)):
+            lines += [f"{pad}{key}:", *_yaml(item, indent + 2)]
+        else:
+            lines.append(f"{pad}{key}: {item}")
+    return lines
+
+
+def card_header(tags: list[str], fields: list[pa.Field]) -> list[str]:
+    """The YAML front matter: shards, their exact features, tags (also used by exports)."""
+    features = [{"name": f.name, **feature_yaml(f.type)} for f in fields]
+    return [
         "---",
         "configs:",
         "- config_name: default",
         "  data_files:",
         "  - split: train",
         '    path: "train-*.parquet"',
+        "dataset_info:",
+        "  features:",
+        *_yaml(features, 2),
         "tags:",
-        "- seam",
-        f"- {manifest['kind']}",
+        *(f"- {tag}" for tag in tags),
         "---",
+    ]
+
+
+def write_card(out: Path, manifest: dict, extra_fields=()) -> None:
+    counts = manifest["counts"]
+    fields = [*SHARD_SCHEMA, *extra_fields]
+    build_dir = str(out)
+    lines = [
+        *card_header(["seam", manifest["kind"]], fields),
         "",
         f"# seam {manifest['kind'].upper()} shards",
         "",
@@ -68,9 +125,28 @@ def write_card(out: Path, manifest: dict) -> None:
     for kind, meaning in SEAM_KINDS.items():
         lines.append(f"| `{kind}` | {meaning} | {manifest['seams'].get(kind, 0)} |")
     lines += ["", "## Columns", "", "| column | type | meaning |", "|---|---|---|"]
-    for name, dtype, _, doc in COLUMNS:
-        lines.append(f"| `{name}` | `{dtype}` | {doc} |")
-    lines += ["", "Rejected records and why: `quarantine.jsonl`. Hashes of inputs and shards: `manifest.json`.", ""]
+    for f in fields:
+        doc = f.metadata[b"doc"].decode().replace("|", "\\|")  # a bare | would split the table cell
+        lines.append(f"| `{f.name}` | `{f.type}` | {doc} |")
+    lines += [
+        "",
+        "Rejected records and why: `quarantine.jsonl`. Hashes of inputs and shards: `manifest.json`.",
+        "",
+        "## Use it",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        f'segments = load_dataset("parquet", data_dir="{build_dir}", split="train")  # exact types, as above',
+        "```",
+        "",
+        "```",
+        f"seam stats {build_dir}                      # summary and standard tables (DuckDB)",
+        f'seam sql {build_dir} "SELECT * FROM rollouts LIMIT 5"   # views: segments, rollouts, calls, quarantine',
+        f"seam report {build_dir} --html report.html  # one self-contained HTML file with plots",
+        f"seam export {build_dir} --to trl --out export/trl   # or --to verl / --to slime",
+        "```",
+        "",
+    ]
     path = out / "README.md"
     tmp = path.with_name(".README.md.tmp")
     tmp.write_text("\n".join(lines))

@@ -47,20 +47,28 @@ class TaskRunner:
 
 
 def run_tasks_on_ray(tasks: list[Task], config: WorkerConfig, address: str | None, workers: int) -> Iterator[dict]:
+    import logging
+
     import ray
 
     if not ray.is_initialized():
         if address:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         else:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    # seam prints its own progress and summary; Ray Data's per-operator log lines are noise here.
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    ray.data.DataContext.get_current().enable_progress_bars = False
     if not tasks:
         return
-    table = pa.Table.from_pylist([asdict(t) for t in tasks], schema=TASK_SCHEMA)
-    dataset = ray.data.from_arrow(table).repartition(len(tasks))
+    # One block per task (no all-to-all repartition, which would need a CPU the actor
+    # pool already holds), each block a one-row Arrow table with the explicit schema.
+    blocks = [pa.Table.from_pylist([asdict(t)], schema=TASK_SCHEMA) for t in tasks]
+    dataset = ray.data.from_arrow(blocks)
+    actors = max(1, min(workers, len(tasks)))
     results = dataset.map_batches(
         TaskRunner, fn_constructor_kwargs={"config": config}, batch_size=1, batch_format="pyarrow",
-        concurrency=max(1, min(workers, len(tasks))), num_cpus=1,
+        compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=1,
     )
     for batch in results.iter_batches(batch_format="pyarrow", batch_size=None):
         for result in batch.column("result").to_pylist():

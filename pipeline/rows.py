@@ -58,8 +58,10 @@ def masked_segments(rollout: Rollout, segmenter: Segmenter, options: RowOptions)
 class RowBatch:
     """Column buffers for the rows of many rollouts."""
 
-    def __init__(self):
-        self.cols: dict[str, list] = {f.name: [] for f in PART_SCHEMA}
+    def __init__(self, extra_fields=()):
+        # Extra columns come from a build stage (e.g. the SFT columns); values via add_extra.
+        self.schema = pa.schema([*PART_SCHEMA, *extra_fields], metadata=PART_SCHEMA.metadata)
+        self.cols: dict[str, list] = {f.name: [] for f in self.schema}
         self.token_chunks: list[np.ndarray] = []
         self.mask_chunks: list[np.ndarray] = []
         self.logprob_chunks: list[np.ndarray | None] = []
@@ -108,9 +110,14 @@ class RowBatch:
             self.logprob_chunks.append(m.logprobs)
             self.num_rows += 1
 
+    def add_extra(self, values: dict[str, list]) -> None:
+        """Extra column values for the rows of the rollout added last."""
+        for name, column in values.items():
+            self.cols[name].extend(column)
+
     def to_table(self) -> pa.Table:
         arrays = []
-        for f in PART_SCHEMA:
+        for f in self.schema:
             if f.name == "input_ids":
                 arrays.append(_list_array(self.token_chunks, pa.int32(), np.int32))
             elif f.name == "loss_mask":
@@ -121,7 +128,7 @@ class RowBatch:
                 arrays.append(pa.array(self.cols[f.name], type=pa.list_(CALL_SPAN)))
             else:
                 arrays.append(pa.array(self.cols[f.name], type=f.type))
-        return pa.Table.from_arrays(arrays, schema=PART_SCHEMA)
+        return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
 def _list_array(chunks: list[np.ndarray | None], arrow_type: pa.DataType, np_type) -> pa.Array:

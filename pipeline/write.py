@@ -53,7 +53,9 @@ def compute_group_stats(out: str, task_indices: list[int], use_std: bool) -> dic
     return result
 
 
-def write_shards(out: str, task_indices: list[int], total_rows: int, rows_per_shard: int, use_std: bool) -> list[str]:
+def write_shards(out: str, task_indices: list[int], total_rows: int, rows_per_shard: int, use_std: bool,
+                 extra_fields=()) -> list[str]:
+    schema = pa.schema([*SHARD_SCHEMA, *extra_fields], metadata=SHARD_SCHEMA.metadata)
     stats = compute_group_stats(out, task_indices, use_std)
     num_shards = max(1, -(-total_rows // rows_per_shard))
     names = [SHARD_PATTERN.format(index=i, total=num_shards) for i in range(num_shards)]
@@ -62,7 +64,7 @@ def write_shards(out: str, task_indices: list[int], total_rows: int, rows_per_sh
 
     def flush(tables: list[pa.Table]) -> None:
         nonlocal shard
-        table = pa.concat_tables(tables) if tables else SHARD_SCHEMA.empty_table()
+        table = pa.concat_tables(tables) if tables else schema.empty_table()
         _write_parquet(Path(out) / names[shard], table.combine_chunks())
         shard += 1
 
@@ -76,7 +78,7 @@ def write_shards(out: str, task_indices: list[int], total_rows: int, rows_per_sh
                                pa.array(adv[ordinals], type=pa.float32()))
         part = part.set_column(part.schema.get_field_index("group_size"), SHARD_SCHEMA.field("group_size"),
                                pa.array(sizes[ordinals], type=pa.int32()))
-        part = part.drop_columns([ROLLOUT_ORDINAL]).cast(SHARD_SCHEMA)
+        part = part.drop_columns([ROLLOUT_ORDINAL]).cast(schema)
         offset = 0
         while offset < part.num_rows:
             take = min(rows_per_shard - pending_rows, part.num_rows - offset)

@@ -1,0 +1,110 @@
+"""Filters that keep bad trajectories out of SFT data, each with a named reason and a
+switch. AutoCompact filters its corrected trajectories for malformed requests, summary
+loops and off-task continuations before SFT; seam adds unresolved rollouts
+(``--resolved-only``) and over-length segments.
+
+- ``malformed_request``: a tool call whose arguments are not a JSON object, a call of
+  a tool the rollout's tool list does not define, or a rollout that ends waiting for a
+  tool result (its last call asked for tools, and not to finish or to compact).
+- ``summary_loop``: two compactions with no action call between them, or consecutive
+  summaries whose text is near-identical (``difflib`` ratio ≥ ``LOOP_SIMILARITY``):
+  the agent compacts instead of working.
+- ``off_task``: the first calls after a compaction work only on files that appear
+  nowhere before it — not in the history, the summary or the task: the agent lost the
+  task with its context.
+- ``unresolved`` / ``outcome_unknown`` (only with ``resolved_only``).
+- ``over_length`` (per segment): more tokens than ``max_tokens``.
+
+Rollout filters run in this order and the first that fires is the reason counted.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from judge.facts import classify, mentions_path, parse_arguments, paths_in
+from judge.history import POST_COMPACTION_CALLS, compactions
+from judge.workspace import workspace_state
+from pipeline.segment import replay
+from schemas.rollout import MessageEvent, Rollout
+
+# Working-state summaries share their headings and code excerpts, so consecutive summaries
+# of real progress are already 85-93% similar (difflib ratio on the embedded sample);
+# a summary rewritten without progress is >= 95% similar.
+LOOP_SIMILARITY = 0.95
+_ENDING_KINDS = ("submit", "compact")
+
+
+@dataclass(frozen=True)
+class FilterOptions:
+    malformed: bool = True
+    summary_loops: bool = True
+    off_task: bool = True
+    resolved_only: bool = False
+    max_tokens: int | None = None
+
+
+def rollout_filter(rollout: Rollout, options: FilterOptions) -> tuple[str, str] | None:
+    """(reason, detail) for the first filter that drops ``rollout``, or None to keep it."""
+    checks = [(options.resolved_only, outcome), (options.malformed, malformed_request),
+              (options.summary_loops, summary_loop), (options.off_task, off_task)]
+    for enabled, check in checks:
+        found = check(rollout) if enabled else None
+        if found:
+            return found
+    return None
+
+
+def over_length(num_tokens: int, options: FilterOptions) -> bool:
+    return options.max_tokens is not None and num_tokens > options.max_tokens
+
+
+def outcome(rollout: Rollout) -> tuple[str, str] | None:
+    if rollout.resolved is True:
+        return None
+    if rollout.resolved is False:
+        return "unresolved", "resolved is false"
+    return "outcome_unknown", "resolved is not recorded"
+
+
+def malformed_request(rollout: Rollout) -> tuple[str, str] | None:
+    known = {t.get("function", t).get("name") for t in rollout.tools}
+    calls = rollout.calls()
+    for index, call in enumerate(calls):
+        for tc in call.tool_calls:
+            if parse_arguments(tc) is None:
+                return "malformed_request", f"call {index}: arguments of {tc.name} are not a JSON object"
+            if known and tc.name not in known:
+                return "malformed_request", f"call {index}: unknown tool {tc.name!r}"
+    answered = {e.tool_call_id for e in rollout.events if isinstance(e, MessageEvent) and e.role == "tool"}
+    last = calls[-1]
+    pending = [tc for tc in last.tool_calls if tc.id not in answered and classify(tc).kind not in _ENDING_KINDS]
+    if pending:
+        return "malformed_request", f"call {len(calls) - 1}: {pending[0].name} never got a result"
+    return None
+
+
+def summary_loop(rollout: Rollout) -> tuple[str, str] | None:
+    comps = compactions(rollout, replay(rollout))
+    for first, second in zip(comps, comps[1:]):
+        if not first.after:
+            return "summary_loop", f"compaction at {second.message_id} follows {first.message_id} with no action between"
+        ratio = difflib.SequenceMatcher(None, first.summary, second.summary, autojunk=False).ratio()
+        if ratio >= LOOP_SIMILARITY:
+            return "summary_loop", f"summaries {first.message_id} and {second.message_id} are {ratio:.0%} identical"
+    return None
+
+
+def off_task(rollout: Rollout) -> tuple[str, str] | None:
+    task_text = next((e.content for e in rollout.events if isinstance(e, MessageEvent) and e.role == "user"), "")
+    for comp in compactions(rollout, replay(rollout)):
+        ops = [classify(tc) for v in comp.after[:POST_COMPACTION_CALLS] for tc in v.message.tool_calls]
+        # A search's path argument is a scope ("src"), not a file it works on.
+        touched = [t for op in ops if op.kind != "search" for t in op.targets if paths_in(t)]
+        if not touched:
+            continue
+        known = workspace_state(comp.history).seen_paths + paths_in(comp.summary) + paths_in(task_text)
+        if not any(mentions_path(known, t) for t in touched):
+            return "off_task", f"after {comp.message_id} the agent works only on unseen files: {', '.join(touched[:3])}"
+    return None

@@ -1,0 +1,219 @@
+"""The rule judge: deterministic findings on finished rollouts, no network.
+
+AutoCompact's Judge reviews three decisions; each rule below is a checkable floor for
+one of them (SUMMARIES.md: grep-level checks are "a floor, not a ceiling"):
+
+- (a) ``trigger`` / ``missing_trigger`` or ``too_late``: inside one context window the
+  agent repeats a read or search it already made (same tool, same arguments) while
+  nothing was written since, so the answer is already in its context. Repeating
+  established work is the symptom of a context that no longer serves the agent: it
+  should have compacted. ``too_late`` when the window does end in a compaction.
+- (b) ``trigger`` / ``too_early``: the policy compacted while the evidence its next step
+  needs was not gathered: files were written after the last test run, so whether the
+  edit works is unknown and the fresh diff is about to leave the context. Compactions
+  the harness forced on budget are not the policy's decision and are not judged.
+- (c) ``state`` / ``omission`` | ``invented`` | ``missing_next_step`` | ``contradiction`` |
+  ``wrong_state``: the summary checks of ``summary.py``.
+- (d) ``continuation`` / ``redo`` | ``ignored_next_step``: among the first calls after a
+  compaction, one repeats a read, search or edit whose result the summary records as
+  established (and its next step does not ask for again), or none of them touches
+  anything the summary's next step names.
+"""
+
+from __future__ import annotations
+
+import re
+
+from judge.facts import mentions_path, paths_in, test_names_in
+from judge.history import POST_COMPACTION_CALLS, Compaction, compactions, windows
+from judge.summary import check_summary, split_summary
+from judge.workspace import steps_in, workspace_state
+from pipeline.segment import CallView, replay
+from schemas.correction import Evidence, Finding, OmittedItem
+from schemas.rollout import MessageEvent, Rollout
+
+RULE_JUDGE = "seam-rules/1"
+_QUOTE_CHARS = 160
+
+
+def judge_rollout(rollout: Rollout) -> list[Finding]:
+    """Every rule's findings on one rollout, ordered by call index (then type, verdict)."""
+    views = replay(rollout)
+    comps = compactions(rollout, views)
+    findings = missed_triggers(rollout, views) + early_compactions(rollout, comps)
+    findings += summary_findings(rollout, comps) + continuation_findings(rollout, comps)
+    return sorted(findings, key=lambda f: (f.call_index, f.type, f.verdict))
+
+
+def missed_triggers(rollout: Rollout, views: list[CallView]) -> list[Finding]:
+    """Rule (a): one finding per window, at the first repeated read or search."""
+    findings = []
+    for window in windows(views):
+        compacts = window[-1].message.call_kind == "summary"
+        first_seen: dict[str, MessageEvent] = {}  # read/search signature -> first call that made it
+        hit = None
+        for view in window:
+            for step in steps_in([view.message]):
+                if step.op.written:
+                    first_seen.clear()  # a write can change what a repeated read returns
+                if step.op.kind not in ("read", "search"):
+                    continue
+                earlier = first_seen.setdefault(step.op.signature, view.message)
+                if earlier.id != view.message.id:
+                    hit = (view, earlier, step)
+                    break
+            if hit:
+                break
+        if hit:
+            view, earlier, step = hit
+            findings.append(_finding(
+                rollout, view, "trigger", "too_late" if compacts else "missing_trigger",
+                f"repeats {step.op.kind} `{_short(step.op.signature)}` already made by an earlier call "
+                "with nothing written since: the answer is in context but no longer used; compact here",
+                [_evidence(earlier, step.op.signature), _evidence(view.message, step.op.signature)]))
+    return findings
+
+
+def early_compactions(rollout: Rollout, comps: list[Compaction]) -> list[Finding]:
+    """Rule (b): a policy compaction right after unverified writes."""
+    findings = []
+    for comp in comps:
+        if comp.summary_call is None or comp.trigger == "budget":
+            continue
+        state = workspace_state(comp.history)
+        if state.unverified_writes:
+            writes = ", ".join(state.unverified_writes)
+            findings.append(_finding(
+                rollout, comp.summary_call, "trigger", "too_early",
+                f"compacted after writing {writes} with no test run since: whether the edit works "
+                "is not yet known, and the diff leaves the context",
+                [_evidence(m, p) for p in state.unverified_writes[:3] if (m := _last_mention(comp.history, p))]))
+    return findings
+
+
+def summary_findings(rollout: Rollout, comps: list[Compaction]) -> list[Finding]:
+    """Rule (c): one finding per failed summary check."""
+    findings = []
+    for comp in comps:
+        if comp.summary_call is None:
+            continue
+        view = comp.summary_call
+        check = check_summary(comp.summary, workspace_state(comp.history), workspace_state(comp.prior))
+        if check.omitted:
+            findings.append(_finding(
+                rollout, view, "state", "omission",
+                "the summary drops key state: " + "; ".join(f"{o.kind} {o.value}" for o in check.omitted),
+                [_evidence(m, o.value) for o in check.omitted if (m := _last_mention(comp.history, o.value))],
+                check.omitted))
+        if check.invented_paths:
+            findings.append(_finding(
+                rollout, view, "state", "invented",
+                "the summary names paths never seen before it: " + ", ".join(check.invented_paths),
+                [_evidence(view.message, p) for p in check.invented_paths]))
+        if not check.has_next_step:
+            what = f"its next step is vague: {_short(check.next_step)!r}" if check.next_step else "it has no next step"
+            findings.append(_finding(rollout, view, "state", "missing_next_step", f"the summary lacks a concrete next step: {what}",
+                                     [], [OmittedItem(kind="next_step", value=check.next_step or "")]))
+        for verdict, reasons in (("contradiction", check.contradictions), ("wrong_state", check.wrong_state)):
+            if reasons:
+                findings.append(_finding(rollout, view, "state", verdict, "; ".join(reasons), []))
+    return findings
+
+
+def continuation_findings(rollout: Rollout, comps: list[Compaction]) -> list[Finding]:
+    """Rule (d): redone work and ignored next steps in the first calls after a compaction."""
+    findings = []
+    for comp in comps:
+        first = comp.after[:POST_COMPACTION_CALLS]
+        if not first:
+            continue
+        state_part, next_part = split_summary(comp.summary)
+        next_part = next_part or ""
+        targets = paths_in(next_part) + test_names_in(next_part) + _identifiers(next_part)
+        state_paths = paths_in(state_part)
+        before = _established(comp.history)
+        for view in first:
+            redo = next((s for s in steps_in([view.message]) if s.op.signature in before
+                         and _recorded(before[s.op.signature], state_paths)
+                         and not _mentions_any(f"{s.tool_call.name} {s.tool_call.arguments}", targets)), None)
+            if redo:
+                quoted = [_evidence(comp.summary_call.message, t) for t in redo.op.targets[:1] if comp.summary_call]
+                findings.append(_finding(
+                    rollout, view, "continuation", "redo",
+                    f"repeats `{_short(redo.op.signature)}`, which the summary records as done; "
+                    f"its next step was: {_short(next_part or '(none)')}", quoted))
+                break
+        if targets and not any(_touches(view, targets) for view in first):
+            findings.append(_finding(
+                rollout, first[0], "continuation", "ignored_next_step",
+                f"none of the first {len(first)} calls after compaction touches what the summary's next "
+                f"step names ({', '.join(targets[:4])})", []))
+    return findings
+
+
+def _established(history) -> dict:
+    """Reads, searches and writes before the compaction whose result still holds: a read
+    or search is dropped once a later write touches a file it read or found."""
+    live: dict = {}
+    for step in steps_in(history):
+        if step.op.written:
+            live = {sig: s for sig, s in live.items()
+                    if s.op.kind == "write" or not any(mentions_path(list(step.op.written), t) for t in _found(s))}
+        if step.op.kind in ("read", "search", "write"):
+            live[step.op.signature] = step
+    return live
+
+
+def _found(step) -> tuple[str, ...]:
+    """The files a step is about: what a search found (its path argument is only a
+    scope), else the files it read or wrote."""
+    if step.op.kind == "search":
+        return tuple(paths_in(step.result or "")) or step.op.targets
+    return step.op.targets
+
+
+def _recorded(step, state_paths: list[str]) -> bool:
+    """The summary records a step's result: it names the file the step read or wrote, or
+    (for a search) a file the search found."""
+    return any(mentions_path(state_paths, t) for t in _found(step))
+
+
+def _touches(view: CallView, targets: list[str]) -> bool:
+    """A call works on something the next step names (in what it says or what it calls)."""
+    return _mentions_any(view.message.content + " " + " ".join(f"{c.name} {c.arguments}" for c in view.message.tool_calls),
+                         targets)
+
+
+def _mentions_any(text: str, targets: list[str]) -> bool:
+    mentioned = paths_in(text)
+    return any(mentions_path(mentioned, t) if "." in t else re.search(rf"\b{re.escape(t)}\b", text) for t in targets)
+
+
+def _identifiers(text: str) -> list[str]:
+    """Code identifiers the next step quotes in backticks (``parse_date``, ``Config.load``)."""
+    return [t for t in re.findall(r"`([\w.]+)`", text) if not paths_in(t)]
+
+
+def _last_mention(messages, value: str) -> MessageEvent | None:
+    for msg in reversed(messages):
+        if value in msg.content or any(value in c.arguments for c in msg.tool_calls):
+            return msg
+    return None
+
+
+def _evidence(msg: MessageEvent, needle: str) -> Evidence:
+    """A quote around ``needle`` in the message (its content, else its tool calls)."""
+    text = msg.content if needle in msg.content else " ".join(c.arguments for c in msg.tool_calls) or msg.content
+    at = max(text.find(needle), 0)
+    start = max(at - _QUOTE_CHARS // 2, 0)
+    return Evidence(message_id=msg.id, quote=text[start:start + _QUOTE_CHARS])
+
+
+def _finding(rollout, view: CallView, type_, verdict, rationale, evidence, omitted=()) -> Finding:
+    return Finding(rollout_id=rollout.rollout_id, call_index=view.index, type=type_, verdict=verdict,
+                   rationale=rationale, evidence=list(evidence), omitted=list(omitted), judge_model=RULE_JUDGE)
+
+
+def _short(text: str | None, limit: int = 120) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

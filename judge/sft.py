@@ -1,0 +1,215 @@
+"""The SFT stage of the build: corrections, filters, audit columns, preference pairs.
+
+``seam build-sft`` is the ordinary build (``pipeline/build.py``) with this stage plugged
+in. Per rollout, inside the build's workers (``TaskStage``):
+
+1. attach corrections (embedded, and from ``--corrections FILE``); the ones that do not
+   fit go to quarantine with their reason (``attach.py``);
+2. run the filters; a filtered rollout goes to quarantine as ``filtered (REASON): ...``
+   and is counted by reason, so ``read = accepted + quarantined`` still holds;
+3. after segmenting and masking (the same rows as RL), drop over-length segments and
+   add the SFT columns: ``messages``, ``corrections``, ``summary_audit``;
+4. collect one preference pair per attached correction: the call's context (what the
+   policy saw), ``chosen`` = the executed replacement, ``rejected`` = the original.
+
+The original proposal of a corrected call is never in ``input_ids``: rows are built
+from the rollout, which holds what was executed. Once all tasks are done,
+``SftStage.finalize`` writes ``pairs/`` and reports corrections that named no accepted
+rollout or were not valid records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from judge.attach import CorrectionsFile, attach, executed_output_text
+from judge.audit import SUMMARY_AUDIT, audit_rollout
+from judge.filters import FilterOptions, over_length, rollout_filter
+from pipeline.render import template_message
+from pipeline.segment import replay
+from schemas.rollout import Rollout
+
+_EVIDENCE = pa.struct([("message_id", pa.string()), ("quote", pa.string())])
+_OMITTED = pa.struct([("kind", pa.string()), ("value", pa.string())])
+CORRECTION = pa.struct([
+    ("call_index", pa.int32()), ("type", pa.string()), ("verdict", pa.string()), ("original", pa.string()),
+    ("replacement", pa.string()), ("rationale", pa.string()), ("evidence", pa.list_(_EVIDENCE)),
+    ("omitted", pa.list_(_OMITTED)), ("judge_model", pa.string()), ("prompt_hash", pa.string()),
+])
+SFT_COLUMNS: list[tuple[str, pa.DataType, str]] = [
+    ("messages", pa.string(), "JSON list of the segment's chat messages (its last call's context + that call), in "
+                              "Hugging Face chat format; assistant messages carry \"train\": whether this segment trains them."),
+    ("corrections", pa.list_(CORRECTION), "Judge corrections of calls trained in this segment (original = the "
+                                          "proposal that was replaced and is not in input_ids)."),
+    ("summary_audit", pa.list_(SUMMARY_AUDIT), "Audit of each summary written in this segment (judge/audit.py)."),
+]
+_MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+PAIR_SCHEMA = pa.schema([
+    ("rollout_id", pa.string()), ("task_id", pa.string()), ("call_index", pa.int32()), ("type", pa.string()),
+    ("verdict", pa.string()), ("rationale", pa.string()), ("judge_model", pa.string()),
+    ("prompt", pa.list_(_MESSAGE)), ("chosen", pa.list_(_MESSAGE)), ("rejected", pa.list_(_MESSAGE)),
+])
+
+
+@dataclass(frozen=True)
+class SftStage:
+    """Picklable configuration of the stage; the build calls ``open_task`` in each worker."""
+
+    corrections_file: str | None = None
+    filters: FilterOptions = field(default_factory=FilterOptions)
+
+    extra_fields = [pa.field(name, dtype, nullable=False, metadata={"doc": doc}) for name, dtype, doc in SFT_COLUMNS]
+
+    def fingerprint(self) -> dict:
+        """What changes the output bytes: the filter switches and the corrections file's content."""
+        from pipeline.write import file_sha256
+
+        digest = file_sha256(Path(self.corrections_file)) if self.corrections_file else None
+        return {"filters": self.filters.__dict__, "corrections_sha256": digest}
+
+    def open_task(self, out: str, task_index: int) -> "TaskStage":
+        return TaskStage(self, _side_paths(out, task_index), _corrections(self.corrections_file))
+
+    def finalize(self, out: str, task_indices: list[int]) -> dict:
+        """Write ``pairs/``, quarantine the file's corrections no rollout claimed; return
+        counts to add to the manifest."""
+        claimed: set[str] = set()
+        tables = []
+        for index in task_indices:
+            pairs_path, claimed_path = _side_paths(out, index)
+            claimed.update(json.loads(claimed_path.read_text()))
+            tables.append(pq.read_table(pairs_path))
+        counts: Counter = Counter()
+        corrections = _corrections(self.corrections_file)
+        if corrections is not None:
+            lost = corrections.invalid + corrections.unclaimed(claimed)
+            with open(Path(out) / "quarantine.jsonl", "a") as fh:
+                for rejection in lost:
+                    fh.write(json.dumps(rejection.quarantine_entry(), ensure_ascii=False) + "\n")
+            counts["corrections_quarantined"] += len(lost)
+        pairs = pa.concat_tables(tables) if tables else PAIR_SCHEMA.empty_table()
+        _write_pairs(Path(out) / "pairs", pairs)
+        counts["preference_pairs"] = pairs.num_rows
+        return dict(counts)
+
+
+_LOADED: dict[str, CorrectionsFile] = {}
+
+
+def _corrections(path: str | None) -> CorrectionsFile | None:
+    """The corrections file, read once per process."""
+    if path is None:
+        return None
+    if path not in _LOADED:
+        _LOADED[path] = CorrectionsFile(path)
+    return _LOADED[path]
+
+
+def _side_paths(out: str, task_index: int) -> tuple[Path, Path]:
+    """(pairs, claimed rollout ids) files of one task, next to the build's part files."""
+    base = Path(out) / ".parts" / f"part-{task_index:06d}"
+    return base.with_name(base.name + ".sft-pairs.parquet"), base.with_name(base.name + ".sft-claimed.json")
+
+
+class TaskStage:
+    """The stage for one build task: per-rollout work, then ``close`` writes its side files."""
+
+    def __init__(self, stage: SftStage, side: tuple[Path, Path], corrections: CorrectionsFile | None):
+        self.stage, self.side, self.corrections = stage, side, corrections
+        self.pairs: list[dict] = []
+        self.claimed: set[str] = set()
+        self.counts: Counter = Counter()
+
+    def prepare(self, rollout: Rollout) -> tuple[Rollout | None, str | None, list[dict]]:
+        """(rollout with corrections, or None when filtered; filter reason; quarantine entries)."""
+        extra = self.corrections.for_rollout(rollout.rollout_id) if self.corrections else []
+        if extra:
+            self.claimed.add(rollout.rollout_id)
+        attached, rejected = attach(rollout, extra)
+        entries = [r.quarantine_entry() for r in rejected]
+        self.counts["corrections_quarantined"] += len(rejected)
+        dropped = rollout_filter(attached, self.stage.filters)
+        if dropped:
+            reason, detail = dropped
+            self.counts[f"filtered_{reason}"] += 1
+            return None, f"filtered ({reason}): {detail}", entries
+        return attached, None, entries
+
+    def keep_segment(self, num_tokens: int) -> bool:
+        if over_length(num_tokens, self.stage.filters):
+            self.counts["filtered_over_length_segments"] += 1
+            return False
+        return True
+
+    def accept(self, rollout: Rollout, segments) -> dict[str, list]:
+        """The rollout became rows: count its corrections, keep its pairs, and return the
+        SFT column values of its rows (``segments``: its masked segments, in order)."""
+        self.counts["corrections_attached"] += len(rollout.corrections)
+        self.counts.update(f"corrections_{c.type}" for c in rollout.corrections)
+        views = replay(rollout)
+        self.pairs += _pairs(rollout, views)
+        audits = {a.call_index: a.as_struct() for a in audit_rollout(rollout) if a.call_index is not None}
+        by_call: dict[int, list] = {}
+        for c in rollout.corrections:
+            by_call.setdefault(c.call_index, []).append(c.model_dump(mode="json", exclude={"rollout_id"}))
+        values: dict[str, list] = {"messages": [], "corrections": [], "summary_audit": []}
+        for masked in segments:
+            spans = masked.segment.spans
+            trained_ids = {views[s.call_index].message.id for s, t in zip(spans, masked.trained) if t}
+            last = views[spans[-1].call_index]
+            messages = []
+            for msg in (*last.context, last.message):
+                item = template_message(msg)
+                if msg.role == "assistant":
+                    item["train"] = msg.id in trained_ids
+                messages.append(item)
+            values["messages"].append(json.dumps(messages, ensure_ascii=False))
+            values["corrections"].append([c for s in spans for c in by_call.get(s.call_index, [])])
+            values["summary_audit"].append([audits[s.call_index] for s in spans if s.call_index in audits])
+        return values
+
+    def close(self) -> dict:
+        pairs_path, claimed_path = self.side
+        _atomic(pairs_path, lambda tmp: pq.write_table(pa.Table.from_pylist(self.pairs, schema=PAIR_SCHEMA), tmp))
+        _atomic(claimed_path, lambda tmp: Path(tmp).write_text(json.dumps(sorted(self.claimed))))
+        return dict(self.counts)
+
+
+def _pairs(rollout: Rollout, views) -> list[dict]:
+    """Preference pairs: the context the policy saw at the call, chosen = executed
+    replacement, rejected = original proposal. Assistant turns of the context show their
+    executed output text (tool calls inline, as the chat template writes them)."""
+    rows = []
+    for c in rollout.corrections:
+        prompt = [{"role": m.role, "content": executed_output_text(m) if m.role == "assistant" else m.content}
+                  for m in views[c.call_index].context]
+        rows.append({"rollout_id": rollout.rollout_id, "task_id": rollout.task_id, "call_index": c.call_index,
+                     "type": c.type, "verdict": c.verdict, "rationale": c.rationale, "judge_model": c.judge_model,
+                     "prompt": prompt, "chosen": [{"role": "assistant", "content": c.replacement}],
+                     "rejected": [{"role": "assistant", "content": c.original}]})
+    return rows
+
+
+def _write_pairs(directory: Path, table: pa.Table) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    _atomic(directory / "train-00000-of-00001.parquet", lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    card = ["---", "configs:", "- config_name: default", "  data_files:", "  - split: train",
+            '    path: "train-*.parquet"', "tags:", "- seam", "- dpo", "---", "", "# seam preference pairs", "",
+            f"{table.num_rows} pairs, one per judge correction: `prompt` is the context the policy saw at the "
+            "corrected call, `chosen` the executed replacement, `rejected` the original proposal. "
+            "Columns map directly onto TRL's DPOTrainer (`prompt`, `chosen`, `rejected`, conversational format).", ""]
+    _atomic(directory / "README.md", lambda tmp: Path(tmp).write_text("\n".join(card)))
+
+
+def _atomic(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    write(str(tmp))
+    os.replace(tmp, path)
