@@ -17,14 +17,14 @@ def iter_input_rollouts(specs: list[str], fmt: str, rejected: Counter) -> Iterat
     """Valid rollouts of the inputs, in input order; invalid records are counted by reason
     (the builds quarantine them; judging and auditing only need to say how many)."""
     from pipeline.inputs import InputError, plan_tasks, resolve_inputs
-    from pipeline.worker import _items
+    from pipeline.worker import iter_task_records
 
     try:
         tasks = plan_tasks(resolve_inputs(specs), fmt, chunk_bytes=1 << 62)
     except InputError as exc:
         raise UsageError(str(exc)) from None
     for task in tasks:
-        for line, rollout, reason, _ in _items(task):
+        for line, rollout, reason, _ in iter_task_records(task):
             if rollout is not None:
                 yield rollout
             elif reason is not None:

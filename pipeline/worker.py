@@ -60,7 +60,7 @@ def part_paths(out: str, index: int) -> tuple[Path, Path, Path]:
     return base.with_suffix(".parquet"), base.with_suffix(".quarantine.jsonl"), base.with_suffix(".json")
 
 
-def _items(task: Task) -> Iterator[tuple[int | None, Rollout | None, str | None, str | None]]:
+def iter_task_records(task: Task) -> Iterator[tuple[int | None, Rollout | None, str | None, str | None]]:
     """(line, rollout, rejection reason, raw text) for each record of the task;
     ``(line, None, None, reason)`` for skipped non-call records."""
     path = Path(task.path)
@@ -136,7 +136,7 @@ def run_task(task: Task, config: WorkerConfig) -> dict:
         quarantine_lines.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
 
     ordinal = 0
-    for line, rollout, reason, raw in _items(task):
+    for line, rollout, reason, raw in iter_task_records(task):
         if rollout is None and reason is None:
             skipped[raw.removeprefix("skipped: ")] += 1
             continue
