@@ -28,15 +28,18 @@ def group_advantages(group_ids: np.ndarray, rewards: np.ndarray, use_std: bool =
     Returns ``(advantage, group_size)`` aligned with the inputs.
     """
     rewards = np.asarray(rewards, dtype=np.float64)
-    _, inverse, counts = np.unique(group_ids, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=rewards)
-    means = sums / counts
-    centered = rewards - means[inverse]
+    # A rollout without an outcome (NaN, SFT builds only) is in no group: advantage 0.
+    known = ~np.isnan(rewards)
+    _, inverse = np.unique(group_ids, return_inverse=True)
+    counts = np.bincount(inverse, weights=known)
+    safe = np.where(known, rewards, 0.0)
+    means = np.bincount(inverse, weights=safe) / np.maximum(counts, 1)
+    centered = np.where(known, safe - means[inverse], 0.0)
     adv = centered
     if use_std:
-        var = np.bincount(inverse, weights=centered * centered) / counts
+        var = np.bincount(inverse, weights=centered * centered) / np.maximum(counts, 1)
         adv = centered / (np.sqrt(var)[inverse] + EPSILON)
-    sizes = counts[inverse]
+    sizes = np.where(known, counts[inverse], 1).astype(np.int64)
     adv = np.where(sizes > 1, adv, 0.0)
     return adv, sizes
 

@@ -70,7 +70,8 @@ class BuildConfig:
         from pipeline.mask import MaskOptions
         from pipeline.rows import RowOptions
 
-        return RowOptions(MaskOptions(self.mask_summaries, self.last_call_only), self.drop_truncated)
+        return RowOptions(MaskOptions(self.mask_summaries, self.last_call_only), self.drop_truncated,
+                          require_outcome=self.kind == "rl")
 
     def fingerprint_config(self) -> dict:
         """What determines the output bytes (not: out, workers, progress)."""

@@ -29,6 +29,9 @@ PART_SCHEMA = SHARD_SCHEMA.append(pa.field(ROLLOUT_ORDINAL, pa.int64(), nullable
 class RowOptions:
     mask: MaskOptions = MaskOptions()
     drop_truncated: bool = False
+    # RL needs an outcome for every rollout; SFT trains on corrected trajectories whose
+    # outcome may be unknown (reward NaN, advantage 0).
+    require_outcome: bool = True
 
 
 class RejectedRollout(ValueError):
@@ -58,7 +61,8 @@ def masked_segments(rollout: Rollout, segmenter: Segmenter, options: RowOptions)
 class RowBatch:
     """Column buffers for the rows of many rollouts."""
 
-    def __init__(self, extra_fields=()):
+    def __init__(self, extra_fields=(), require_outcome: bool = True):
+        self.require_outcome = require_outcome
         # Extra columns come from a build stage (e.g. the SFT columns); values via add_extra.
         self.schema = pa.schema([*PART_SCHEMA, *extra_fields], metadata=PART_SCHEMA.metadata)
         self.cols: dict[str, list] = {f.name: [] for f in self.schema}
@@ -68,7 +72,10 @@ class RowBatch:
         self.num_rows = 0
 
     def add_rollout(self, rollout: Rollout, ordinal: int, segments: list[MaskedSegment]) -> None:
-        reward = rollout_reward(rollout)
+        if self.require_outcome or rollout.reward is not None or rollout.resolved is not None:
+            reward = rollout_reward(rollout)
+        else:
+            reward = float("nan")
         if not segments:
             return
         n_s = [m.num_trainable_tokens for m in segments]

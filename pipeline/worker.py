@@ -122,7 +122,7 @@ def run_task(task: Task, config: WorkerConfig) -> dict:
     segmenter = segmenter_for(config)
     rewards = rewards_for(config.rewards) if config.rewards else None
     task_stage = config.stage.open_task(config.out, task.index) if config.stage is not None else None
-    batch = RowBatch(config.stage.extra_fields if config.stage is not None else ())
+    batch = RowBatch(config.stage.extra_fields if config.stage is not None else (), config.options.require_outcome)
     stats: Counter = Counter()
     skipped: Counter = Counter()
     seams: Counter = Counter()

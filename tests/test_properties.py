@@ -115,3 +115,11 @@ def test_group_advantage_hand_computed():
 def test_trainable_tokens_after_counts_later_segments_only(n_s):
     after = trainable_tokens_after(n_s)
     assert after == [sum(n_s[i + 1:]) for i in range(len(n_s))]
+
+
+def test_rollouts_without_outcome_get_zero_and_do_not_move_their_group():
+    groups = np.array(["a", "a", "a", "b"])
+    adv, sizes = group_advantages(groups, np.array([1.0, 0.0, np.nan, np.nan]))
+    ref, _ = group_advantages(groups[:2], np.array([1.0, 0.0]))
+    assert np.allclose(adv[:2], ref) and adv[2] == 0 and adv[3] == 0
+    assert sizes.tolist() == [2, 2, 1, 1]
