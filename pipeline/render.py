@@ -76,7 +76,9 @@ def _compile(source: str):
 class ChatRenderer:
     """Renders and tokenizes canonical messages for one tokenizer + chat template."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, full_render: bool = False):
+        """``full_render`` skips the incremental path even when the probe would allow it
+        (the reference the incremental path is tested against)."""
         self.tokenizer = tokenizer
         self.backend = tokenizer.backend_tokenizer
         self.template = _compile(tokenizer.chat_template)
@@ -84,7 +86,7 @@ class ChatRenderer:
         self.eos_text = self._end_of_turn_text()
         self.eos_id = tokenizer.convert_tokens_to_ids(self.eos_text)
         self._encode_cache: dict[str, np.ndarray] = {}
-        self.incremental = probe_incremental(self)
+        self.incremental = not full_render and probe_incremental(self)
 
     def _end_of_turn_text(self) -> str:
         eos = self.tokenizer.eos_token
