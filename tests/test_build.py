@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pipeline.build import BuildConfig, BuildError, OutputLock, run_build
 from pipeline.canonical_io import rollout_to_json, write_canonical_parquet
 from pipeline.shard_schema import SHARD_SCHEMA
-from tests.strategies import log_token_ids, rollouts
+from tests.strategies import rollouts
 
 
 def write_rollouts(path: Path, items, broken: dict[int, bytes] | None = None) -> None:
@@ -27,18 +27,21 @@ def write_rollouts(path: Path, items, broken: dict[int, bytes] | None = None) ->
     path.write_bytes(b"\n".join(lines) + b"\n")
 
 
+SAMPLE = Path(__file__).parents[1] / "data" / "sample" / "rollouts.jsonl.zst"
+
+
 @pytest.fixture(scope="module")
-def sample_rollouts(renderer):
-    """24 rollouts over 7 tasks (one task with a single rollout), some logging ids."""
-    strategy = rollouts()
+def sample_rollouts():
+    """24 rollouts of the embedded sample (6 tasks, compactions, edits, logged ids,
+    drift), the last one moved to a task of its own (a group of one)."""
+    from pipeline.canonical_io import iter_canonical_records
+
     items = []
-    for i in range(24):
-        r = strategy.example()
-        task = f"task-{i // 4}" if i < 24 - 1 else "task-alone"
-        r = r.model_copy(update={"rollout_id": f"r{i:03d}", "task_id": task, "reward": float(i % 3 == 0)})
-        if i % 5 == 1:
-            r = log_token_ids(r, renderer, ["full", "output", "noncanonical"][i % 3], 3)
+    for _, r in iter_canonical_records(SAMPLE):
         items.append(r)
+        if len(items) == 24:
+            break
+    items[-1] = items[-1].model_copy(update={"task_id": "task-alone"})
     return items
 
 
@@ -125,6 +128,7 @@ def test_advantages_are_per_rollout_and_sum_to_zero_per_task(tmp_path, sample_ro
     assert result.group_of_one == 1
     alone = [a for t, _, a, _, g in per_rollout if t == "task-alone"]
     assert alone == [0.0]
+    assert sum(1 for *_, a, _, _ in per_rollout if a != 0) > 0
 
 
 def test_more_segments_never_change_a_rollouts_advantage(tmp_path, sample_rollouts):
