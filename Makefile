@@ -47,5 +47,4 @@ train-step: build-rl-shards out/tiny-model/config.json
 
 ## Benchmarks: ratios measured in one run, table on stdout, numbers in out/bench.json
 bench: $(STAMP)
-	$(BIN)/pip install -q 'ray[data]>=2.9'
 	$(BIN)/python bench/run.py
