@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable, Iterator
@@ -48,15 +49,67 @@ def is_parquet(path: Path) -> bool:
     return path.suffix == ".parquet"
 
 
+# What reading a damaged file raises (a cut gzip: EOFError; corrupt deflate: zlib.error).
+UNREADABLE = (OSError, EOFError, ValueError, zlib.error)
+
+
 def open_text_stream(path: Path) -> IO[bytes]:
     """Open a file for binary line reading, decompressing ``.gz`` and ``.zst`` on the fly."""
     if path.suffix == ".gz":
         return gzip.open(path, "rb")
     if path.suffix == ".zst":
+        return io.BufferedReader(_ZstdStream(path), buffer_size=1 << 20)
+    return open(path, "rb")
+
+
+class _ZstdStream(io.RawIOBase):
+    """Every frame of a ``.zst`` file, decompressed. zstandard's ``stream_reader`` stops
+    silently after the first frame and yields nothing from a cut one; this reads all
+    frames, raises ``EOFError`` when the file ends inside one and ``OSError`` for bytes
+    that are not zstd, like ``gzip`` does."""
+
+    def __init__(self, path: Path):
         import zstandard
 
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
-    return open(path, "rb")
+        self._error = zstandard.ZstdError
+        self._decompressor = zstandard.ZstdDecompressor()
+        self._raw = open(path, "rb")
+        self._frame = None  # decompressor of the frame being read, None between frames
+        self._pending, self._offset = b"", 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while self._offset == len(self._pending):
+            data = self._raw.read(1 << 17)
+            if not data:
+                if self._frame is not None:
+                    raise EOFError("the zstd file ends inside a frame (truncated?)")
+                return 0
+            self._pending, self._offset = self._decompress(data), 0
+        n = min(len(buffer), len(self._pending) - self._offset)
+        buffer[:n] = self._pending[self._offset:self._offset + n]
+        self._offset += n
+        return n
+
+    def _decompress(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            if self._frame is None:
+                self._frame = self._decompressor.decompressobj()
+            try:
+                out.append(self._frame.decompress(data))
+            except self._error as exc:
+                raise OSError(f"not a valid zstd file: {exc}") from None
+            if not self._frame.eof:
+                break
+            data, self._frame = self._frame.unused_data, None
+        return b"".join(out)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def iter_jsonl_lines(path: Path, start: int = 0, end: int | None = None, first_line: int = 1) -> Iterator[RawRecord]:
@@ -114,9 +167,9 @@ def parse_rollout(data: bytes) -> Rollout:
         return Rollout.model_validate(obj)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        where = ".".join(str(p) for p in first["loc"]) or "rollout"
         more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ValueError(f"schema: {where}: {first['msg']}{more}") from None
+        raise ValueError(f"schema: {where}: {first['msg'].removeprefix('Value error, ')}{more}") from None
 
 
 def iter_canonical_records(path: Path) -> Iterator[tuple[RawRecord, Rollout | str]]:

@@ -15,9 +15,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.canonical_io import open_text_stream
+from pipeline.canonical_io import UNREADABLE, open_text_stream
 
 CANONICAL = "canonical"
+UNRECOGNISED = "unrecognised"
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".parquet", ".traj", ".pt")
 
 
@@ -33,6 +34,11 @@ class Task:
     start: int = 0
     end: int | None = None
     first_line: int = 1
+
+
+def walked_files(specs: list[str]) -> frozenset[Path]:
+    """The input files found by walking a directory (not named, nor matched by a glob)."""
+    return frozenset(f for spec in specs if Path(spec).expanduser().is_dir() for f in resolve_inputs([spec]))
 
 
 def resolve_inputs(specs: list[str]) -> list[Path]:
@@ -79,10 +85,9 @@ def looks_canonical(path: Path) -> bool:
         return False
     try:
         with open_text_stream(path) as fh:
-            head = fh.read(1 << 16)
-    except OSError:
+            first = fh.readline(1 << 16)  # a cut .gz can still have a whole first line
+    except UNREADABLE:
         return False
-    first = head.split(b"\n", 1)[0]
     return first.lstrip().startswith(b"{") and b'"rollout_id"' in first and b'"events"' in first
 
 
@@ -96,10 +101,23 @@ def detect_format(path: Path) -> str:
     return detect_raw(path)
 
 
-def plan_tasks(files: list[Path], fmt: str, chunk_bytes: int) -> list[Task]:
+def plan_tasks(files: list[Path], fmt: str, chunk_bytes: int, walked: frozenset[Path] = frozenset()) -> list[Task]:
+    """Tasks in input order. A file whose format no reader recognises fails the build
+    when it was named, and becomes one quarantine entry when it was found by walking a
+    directory (``walked``): one stray file must not stop a build of thousands."""
+    if fmt not in ("auto", CANONICAL):
+        from pipeline.readers import REGISTRY
+
+        if fmt not in REGISTRY:
+            raise InputError(f"unknown --format {fmt!r}; use auto, {CANONICAL} or one of: {', '.join(sorted(REGISTRY))}")
     tasks: list[Task] = []
     for path in files:
-        file_format = detect_format(path) if fmt == "auto" else fmt
+        try:
+            file_format = detect_format(path) if fmt == "auto" else fmt
+        except InputError:  # readers.detect.FormatError: no reader, or several, claim the file
+            if path not in walked:
+                raise
+            file_format = UNRECOGNISED
         if file_format == CANONICAL and path.suffix == ".jsonl":
             for start, end, first_line in _byte_ranges(path, chunk_bytes):
                 tasks.append(Task(len(tasks), str(path), file_format, start, end, first_line))
