@@ -45,6 +45,10 @@ train-step: build-rl-shards out/tiny-model/config.json
 	$(BIN)/seam train-step --shards out/rl --model out/tiny-model --steps 2 --device cpu \
 		--rollouts-per-step 2 --max-step-tokens 16384 --recompute-old-logprobs
 
+## One self-contained HTML page (plots + standard tables) about out/rl
+report: build-rl-shards
+	$(BIN)/seam report out/rl --html out/report.html
+
 ## Long robustness run: 300 random examples per fuzz test, 40 SIGKILLs, 7 disk-full sizes (~10 min)
 fuzz: $(STAMP)
 	SEAM_FUZZ_EXAMPLES=300 SEAM_CRASH_KILLS=40 $(BIN)/pytest -q -s tests/robustness

@@ -1,0 +1,98 @@
+"""verl: the RL dataset Parquet layout, plus the token fields of an agent-loop output.
+
+verl's ``RLHFDataset`` reads Parquet rows with ``data_source``, ``prompt`` (chat
+messages it renders with the chat template), ``ability``, ``reward_model``
+(``{style, ground_truth}``) and ``extra_info`` (``{index, split, ...}``), and hands every
+column to the agent loop as keyword arguments. The token fields here are those of
+verl's ``AgentLoopOutput`` — ``prompt_ids``, ``response_ids``, ``response_mask`` (1 on
+generated tokens, 0 on tool observations), ``response_logprobs``, ``reward_score``,
+``num_turns`` — so an agent loop that replays recorded segments returns them as they
+are, instead of sampling.
+
+``prompt`` is the segment's prompt tokens decoded and split back into ChatML messages
+(tool results show as the user turns the template rendered them into); a tokenizer
+without ChatML markers gives one user message holding the decoded prompt.
+``reward_model.ground_truth`` is the recorded reward as text: a ``compute_score`` that
+returns ``float(ground_truth)`` reproduces it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.export.tokens import response_starts, split_lists
+
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+EXTRA_INFO = pa.struct([
+    ("index", pa.int64()), ("split", pa.string()), ("rollout_id", pa.string()), ("task_id", pa.string()),
+    ("segment_index", pa.int32()), ("num_segments", pa.int32()), ("seam_kind", pa.string()),
+    ("num_compactions", pa.int32()), ("advantage", pa.float32()), ("group_size", pa.int32()),
+])
+SCHEMA = pa.schema([
+    ("data_source", pa.string()),
+    ("prompt", pa.list_(MESSAGE)),
+    ("ability", pa.string()),
+    ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+    ("extra_info", EXTRA_INFO),
+    ("prompt_ids", pa.list_(pa.int32())),
+    ("response_ids", pa.list_(pa.int32())),
+    ("response_mask", pa.list_(pa.int8())),
+    ("response_logprobs", pa.list_(pa.float32())),
+    ("reward_score", pa.float32()),
+    ("num_turns", pa.int32()),
+])
+
+
+def chatml_messages(text: str) -> list[dict] | None:
+    """Messages of a ChatML rendering, without the trailing generation prompt; None if
+    the text is not ChatML."""
+    if not text.startswith(IM_START):
+        return None
+    messages = []
+    for block in text.split(IM_START)[1:]:
+        role, _, body = block.partition("\n")
+        messages.append({"role": role, "content": body.removesuffix("\n").removesuffix(IM_END)})
+    # The prompt ends with "<|im_start|>assistant\n", which opens the first call's output.
+    if messages and messages[-1] == {"role": "assistant", "content": ""}:
+        messages.pop()
+    return messages
+
+
+def verl_table(shard: pa.Table, tokenizer, first_index: int) -> pa.Table:
+    """``shard`` in verl's layout; ``extra_info.index`` counts rows from ``first_index``.
+    ``tokenizer`` is the build's ``tokenizers.Tokenizer`` (decoding needs no chat template)."""
+    at = response_starts(shard)
+    prompt_ids, response_ids = split_lists(shard["input_ids"], at)
+    _, response_mask = split_lists(shard["loss_mask"], at)
+    _, response_logprobs = split_lists(shard["logprobs"], at)
+    texts = tokenizer.decode_batch(prompt_ids.to_pylist(), skip_special_tokens=False)
+    prompts = [chatml_messages(t) or [{"role": "user", "content": t}] for t in texts]
+    n = shard.num_rows
+    num_turns = np.array([len(p) for p in prompts]) + 1 + _turns_opened(response_ids, tokenizer, shard["num_calls"])
+    extra = pa.StructArray.from_arrays(
+        [pa.array(np.arange(first_index, first_index + n), pa.int64()), pa.array(["train"] * n),
+         *(shard[name].combine_chunks() for name in ("rollout_id", "task_id", "segment_index", "num_segments",
+                                                     "seam_kind", "num_compactions", "advantage", "group_size"))],
+        fields=list(EXTRA_INFO))
+    reward_model = pa.StructArray.from_arrays(
+        [pa.array(["recorded"] * n), pc.cast(shard["reward"], pa.string()).combine_chunks()],
+        names=["style", "ground_truth"])
+    columns = [pc.binary_join_element_wise("seam/", shard["source"], ""), pa.array(prompts, pa.list_(MESSAGE)),
+               pa.array(["agent"] * n), reward_model, extra, prompt_ids, response_ids, response_mask,
+               response_logprobs, shard["reward"], pa.array(num_turns, pa.int32())]
+    return pa.Table.from_arrays(columns, schema=SCHEMA)
+
+
+def _turns_opened(response_ids: pa.ListArray, tokenizer, num_calls: pa.ChunkedArray) -> np.ndarray:
+    """Turns that start inside each response, after the first output: one per
+    ``<|im_start|>`` in ChatML; otherwise an observation and an output per later call."""
+    im_start = tokenizer.token_to_id(IM_START)
+    if im_start is None:
+        return 2 * (num_calls.to_numpy() - 1)
+    lengths = response_ids.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+    rows = np.repeat(np.arange(len(response_ids)), lengths)
+    values = response_ids.flatten().to_numpy(zero_copy_only=False)
+    return np.bincount(rows[values == im_start], minlength=len(response_ids))

@@ -1,0 +1,67 @@
+"""The dataset card: `datasets` restores the exact shard features from it."""
+
+from __future__ import annotations
+
+import datasets
+import pyarrow as pa
+import pytest
+from datasets.info import DatasetInfosDict
+from huggingface_hub import DatasetCard
+
+from judge.sft import SftStage
+from pipeline.card import feature_yaml
+from pipeline.shard_schema import SHARD_SCHEMA
+
+
+def expected_features(extra_fields=()) -> datasets.Features:
+    return datasets.Features.from_arrow_schema(pa.schema([*SHARD_SCHEMA, *extra_fields]))
+
+
+@pytest.fixture(params=["rl", "sft"])
+def build_and_fields(request, rl_build, sft_build):
+    return (rl_build, ()) if request.param == "rl" else (sft_build, SftStage.extra_fields)
+
+
+def test_card_header_declares_the_exact_features(build_and_fields):
+    build, extra = build_and_fields
+    card = DatasetCard.load(build / "README.md")
+    infos = DatasetInfosDict.from_dataset_card_data(card.data)
+    assert infos["default"].features == expected_features(extra)
+
+
+def test_load_dataset_parquet_restores_the_exact_features(build_and_fields, tmp_path, request):
+    build, extra = build_and_fields
+    if extra and (build / "pairs" / "train-00000-of-00001.parquet").exists():
+        # datasets' default split patterns match train-* files in subdirectories too.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="judge/sft.py names its preference pairs "
+                                              "pairs/train-*.parquet, which load_dataset(data_dir=...) reads as "
+                                              "segments; they need another name (pairs/pairs-*.parquet)"))
+    ds = datasets.load_dataset("parquet", data_dir=str(build), split="train", cache_dir=str(tmp_path))
+    assert ds.features == expected_features(extra)
+    assert ds.features["loss_mask"].feature.dtype == "int8"
+    assert ds.features["reward"].dtype == "float32"
+
+
+def test_load_dataset_on_the_directory_reads_the_card(build_and_fields, tmp_path):
+    build, extra = build_and_fields
+    ds = datasets.load_dataset(str(build), split="train", cache_dir=str(tmp_path))
+    assert ds.features == expected_features(extra)
+    assert ds.num_rows == sum(1 for _ in ds)
+
+
+def test_card_documents_config_counts_seam_kinds_columns_and_commands(rl_build):
+    text = (rl_build / "README.md").read_text()
+    for needle in ('"rows_per_shard": 7', "| accepted | 6 |", "| quarantined | 3 |", "`compaction`",
+                   "| `loss_mask` |", "| `call_spans` |", "seam stats", "seam sql", "seam report", "seam export",
+                   'load_dataset("parquet"'):
+        assert needle in text, needle
+    columns = [line for line in text.splitlines() if line.startswith("| `")]
+    assert all(line.count(" | ") == 2 for line in columns), "a column doc breaks the Markdown table"
+
+
+def test_feature_yaml_spells_nested_types_as_datasets_does():
+    nested = pa.list_(pa.list_(pa.struct([("a", pa.int8())])))
+    assert feature_yaml(nested) == {"list": {"list": [{"name": "a", "dtype": "int8"}]}}
+    assert feature_yaml(pa.struct([("x", pa.list_(pa.float32()))])) == {"struct": [{"name": "x", "list": "float32"}]}
+    with pytest.raises(ValueError, match="dataset card dtype"):
+        feature_yaml(pa.date32())

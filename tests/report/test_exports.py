@@ -1,0 +1,219 @@
+"""`seam export`: each target's output, read back in the shape its library documents.
+
+No trainer is installed: each test rebuilds what the library's loader does with the
+files (TRL's collator and GRPO batch, verl's RLHFDataset row and AgentLoopOutput,
+slime's ``Sample.from_dict``) from the documented field names and types.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import datasets
+import numpy as np
+import pytest
+from pydantic import BaseModel
+
+from pipeline.cli import main
+from pipeline.export import ExportError, export_build
+from tests.report.conftest import ROLLOUTS, shard_rows
+
+PAD = 151643  # Qwen2.5's <|endoftext|>, TRL's pad token for it
+
+
+def load_rows(out, tmp_path) -> list[dict]:
+    ds = datasets.load_dataset("parquet", data_dir=str(out), split="train", cache_dir=str(tmp_path / "cache"))
+    return list(ds)
+
+
+def trained_outputs(row: dict) -> list[list[int]]:
+    """The shard row's trained call outputs, in order."""
+    return [row["input_ids"][s["start"]:s["start"] + s["length"]] for s in row["call_spans"] if s["trained"]]
+
+
+def runs(ids: np.ndarray, keep: np.ndarray) -> list[list[int]]:
+    """Maximal runs of ``ids`` where ``keep`` is true."""
+    out, current = [], []
+    for token, k in zip(ids.tolist(), keep.tolist()):
+        if k:
+            current.append(token)
+        elif current:
+            out, current = out + [current], []
+    return out + ([current] if current else [])
+
+
+def test_trl_sft_labels_are_exactly_the_generated_outputs(rl_build, tmp_path):
+    out = tmp_path / "trl"
+    export_build(rl_build, "trl", out, mode="sft")
+    examples = load_rows(out, tmp_path)
+    shard = shard_rows(rl_build)
+    # DataCollatorForLanguageModeling: labels = input_ids, -100 where a mask is 0, right padding.
+    width = max(len(e["input_ids"]) for e in examples)
+    labels = np.full((len(examples), width), -100)
+    for i, e in enumerate(examples):
+        ids = np.array(e["input_ids"])
+        keep = (np.array(e["completion_mask"]) != 0) & (np.array(e["assistant_masks"]) != 0)
+        labels[i, :len(ids)] = np.where(keep, ids, -100)
+        assert runs(ids, keep) == trained_outputs(shard[i])
+    assert int((labels != -100).sum()) == sum(r["num_trainable_tokens"] for r in shard)
+
+
+def test_trl_grpo_batch_rebuilds_each_segment_and_its_advantage(rl_build, tmp_path):
+    out = tmp_path / "grpo"
+    result = export_build(rl_build, "trl", out)
+    assert result.mode == "grpo"
+    rows, shard = load_rows(out, tmp_path), shard_rows(rl_build)
+    # GRPOTrainer's batch: prompts left-padded, completions right-padded, one advantage per row.
+    p_len = max(len(r["prompt_ids"]) for r in rows)
+    c_len = max(len(r["completion_ids"]) for r in rows)
+    prompt_ids, prompt_mask = np.full((len(rows), p_len), PAD), np.zeros((len(rows), p_len), int)
+    completion_ids, completion_mask = np.full((len(rows), c_len), PAD), np.zeros((len(rows), c_len), int)
+    old_logps = np.zeros((len(rows), c_len))
+    for i, r in enumerate(rows):
+        n, m = len(r["prompt_ids"]), len(r["completion_ids"])
+        prompt_ids[i, p_len - n:], prompt_mask[i, p_len - n:] = r["prompt_ids"], 1
+        completion_ids[i, :m], completion_mask[i, :m] = r["completion_ids"], r["completion_mask"]
+        if r["old_per_token_logps"] is not None:
+            old_logps[i, :m] = r["old_per_token_logps"]
+    advantages = np.array([r["advantages"] for r in rows], dtype=np.float32)
+    for i, (r, s) in enumerate(zip(rows, shard)):
+        sequence = np.concatenate([prompt_ids[i][prompt_mask[i] == 1], completion_ids[i][:len(r["completion_ids"])]])
+        assert sequence.tolist() == s["input_ids"]
+        assert completion_mask[i].sum() == s["num_trainable_tokens"]
+        assert advantages[i] == np.float32(s["advantage"])
+        logged = s["rollout_id"] == "b0"
+        assert (r["old_per_token_logps"] is not None) == logged
+        if logged:
+            assert np.allclose(old_logps[i][completion_mask[i] == 1], -0.25)
+
+
+class AgentLoopOutput(BaseModel):
+    """verl.experimental.agent_loop.AgentLoopOutput's documented fields (metrics left out)."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float] | None = None
+    reward_score: float | None = None
+    num_turns: int = 0
+    extra_fields: dict[str, Any] = {}
+
+
+def test_verl_rows_are_rlhf_dataset_rows_and_agent_loop_outputs(rl_build, tmp_path, tokenizer):
+    out = tmp_path / "verl"
+    export_build(rl_build, "verl", out)
+    rows, shard = load_rows(out, tmp_path), shard_rows(rl_build)
+    for index, (row, s) in enumerate(zip(rows, shard)):
+        # RLHFDataset: chat messages under `prompt`, rendered with the chat template.
+        assert all(set(m) == {"role", "content"} for m in row["prompt"])
+        assert row["data_source"] == "seam/test" and row["ability"] == "agent"
+        assert float(row["reward_model"]["ground_truth"]) == s["reward"]
+        assert row["extra_info"]["index"] == index and row["extra_info"]["rollout_id"] == s["rollout_id"]
+        raw_prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        assert tokenizer(raw_prompt, add_special_tokens=False)["input_ids"] == row["prompt_ids"]
+        # The agent loop's output, returned as recorded.
+        output = AgentLoopOutput(**{k: row[k] for k in AgentLoopOutput.model_fields if k in row})
+        assert output.prompt_ids + output.response_ids == s["input_ids"]
+        assert len(output.response_mask) == len(output.response_ids)
+        assert sum(output.response_mask) == s["num_trainable_tokens"]
+        assert output.reward_score == s["reward"]
+        assert (output.response_logprobs is not None) == (s["rollout_id"] == "b0")
+
+
+def test_verl_counts_turns_as_messages(rl_build, tmp_path):
+    out = tmp_path / "verl"
+    export_build(rl_build, "verl", out)
+    first = next(r for r in load_rows(out, tmp_path) if r["extra_info"]["rollout_id"] == "a0")
+    # system, task, assistant (two tool calls), two tool results (one turn each), assistant.
+    assert [m["role"] for m in first["prompt"]] == ["system", "user"]
+    assert first["num_turns"] == 6
+
+
+class Status(Enum):
+    PENDING = "pending"
+    COMPLETED = "completed"
+    TRUNCATED = "truncated"
+    ABORTED = "aborted"
+    FAILED = "failed"
+
+
+@dataclass
+class Sample:
+    """slime.utils.types.Sample's documented fields and ``from_dict`` (torch-free subset)."""
+
+    group_index: int | None = None
+    index: int | None = None
+    rollout_id: int | None = None
+    prompt: str | list = ""
+    tokens: list[int] = field(default_factory=list)
+    response: str = ""
+    response_length: int = 0
+    label: str | None = None
+    reward: float | dict | None = None
+    loss_mask: list[int] | None = None
+    rollout_log_probs: list[float] | None = None
+    status: Status = Status.PENDING
+    metadata: dict = field(default_factory=dict)
+
+    @staticmethod
+    def from_dict(data: dict) -> Sample:
+        data = dict(data, status=Status(data["status"]))
+        unknown = set(data) - set(Sample.__dataclass_fields__)
+        assert not unknown, f"fields slime's Sample does not have: {unknown}"
+        return Sample(**data)
+
+
+def test_slime_samples_load_and_siblings_share_their_rollout_id(rl_build, tmp_path):
+    out = tmp_path / "slime"
+    export_build(rl_build, "slime", out)
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    container = {"rollout_id": 0, "samples": [json.loads(line) for line in lines]}  # --load-debug-rollout-data
+    samples = [Sample.from_dict(d) for d in container["samples"]]
+    shard = shard_rows(rl_build)
+    assert [s.index for s in samples] == list(range(len(shard)))
+    for sample, row in zip(samples, shard):
+        assert sample.tokens == row["input_ids"]
+        assert len(sample.loss_mask) == sample.response_length
+        assert sum(sample.loss_mask) == row["num_trainable_tokens"]
+        assert sample.tokens[-sample.response_length:] == row["input_ids"][row["call_spans"][0]["start"]:]
+        assert sample.status is Status.COMPLETED and sample.reward == row["reward"]
+        assert sample.metadata["seam_rollout_id"] == row["rollout_id"]
+        if sample.rollout_log_probs is not None:
+            assert len(sample.rollout_log_probs) == sample.response_length
+    by_rollout: dict[str, set] = {}
+    by_task: dict[str, set] = {}
+    for sample, row in zip(samples, shard):
+        by_rollout.setdefault(row["rollout_id"], set()).add(sample.rollout_id)
+        by_task.setdefault(row["task_id"], set()).add(sample.group_index)
+    assert all(len(ids) == 1 for ids in by_rollout.values())
+    assert len({next(iter(ids)) for ids in by_rollout.values()}) == len(ROLLOUTS)
+    assert all(len(groups) == 1 for groups in by_task.values()) and len(by_task) == 2
+
+
+def test_export_refuses_a_directory_it_did_not_write(rl_build, tmp_path):
+    (tmp_path / "mine.txt").write_text("keep me")
+    with pytest.raises(ExportError, match="not empty"):
+        export_build(rl_build, "slime", tmp_path, overwrite=True)
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+def test_export_overwrite_replaces_an_earlier_export(rl_build, tmp_path):
+    out = tmp_path / "x"
+    export_build(rl_build, "trl", out)
+    with pytest.raises(ExportError, match="--overwrite"):
+        export_build(rl_build, "trl", out)
+    export_build(rl_build, "slime", out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "export.json", "samples.jsonl"]
+
+
+def test_export_command_rejects_a_mode_for_other_targets(rl_build, tmp_path, capsys):
+    assert main(["export", str(rl_build), "--to", "verl", "--mode", "sft", "--out", str(tmp_path / "v")]) == 2
+    assert "--mode only applies to --to trl" in capsys.readouterr().err
+
+
+def test_sft_builds_export_for_trl_sft_by_default(sft_build, tmp_path):
+    result = export_build(sft_build, "trl", tmp_path / "t")
+    assert result.mode == "sft" and result.rows == len(shard_rows(sft_build))
