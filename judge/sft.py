@@ -199,9 +199,9 @@ def _pairs(rollout: Rollout, views) -> list[dict]:
 
 def _write_pairs(directory: Path, table: pa.Table) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    _atomic(directory / "train-00000-of-00001.parquet", lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    _atomic(directory / "pairs-00000-of-00001.parquet", lambda tmp: pq.write_table(table, tmp, compression="zstd"))
     card = ["---", "configs:", "- config_name: default", "  data_files:", "  - split: train",
-            '    path: "train-*.parquet"', "tags:", "- seam", "- dpo", "---", "", "# seam preference pairs", "",
+            '    path: "pairs-*.parquet"', "tags:", "- seam", "- dpo", "---", "", "# seam preference pairs", "",
             f"{table.num_rows} pairs, one per judge correction: `prompt` is the context the policy saw at the "
             "corrected call, `chosen` the executed replacement, `rejected` the original proposal. "
             "Columns map directly onto TRL's DPOTrainer (`prompt`, `chosen`, `rejected`, conversational format).", ""]

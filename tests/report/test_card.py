@@ -29,13 +29,10 @@ def test_card_header_declares_the_exact_features(build_and_fields):
     assert infos["default"].features == expected_features(extra)
 
 
-def test_load_dataset_parquet_restores_the_exact_features(build_and_fields, tmp_path, request):
+def test_load_dataset_parquet_restores_the_exact_features(build_and_fields, tmp_path):
+    # datasets' default split patterns match train-* files in subdirectories too: SFT
+    # preference pairs are named pairs/pairs-*.parquet so they never mix with segments.
     build, extra = build_and_fields
-    if extra and (build / "pairs" / "train-00000-of-00001.parquet").exists():
-        # datasets' default split patterns match train-* files in subdirectories too.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="judge/sft.py names its preference pairs "
-                                              "pairs/train-*.parquet, which load_dataset(data_dir=...) reads as "
-                                              "segments; they need another name (pairs/pairs-*.parquet)"))
     ds = datasets.load_dataset("parquet", data_dir=str(build), split="train", cache_dir=str(tmp_path))
     assert ds.features == expected_features(extra)
     assert ds.features["loss_mask"].feature.dtype == "int8"
