@@ -9,7 +9,10 @@ honoured), a content-addressed on-disk cache, and token/cost accounting.
 - **Backoff.** Attempt ``a`` (0-based) waits ``min(backoff_cap_s, backoff_s · 2^a)``, or
   the server's ``Retry-After`` when it sends one (capped the same way).
 - **Secrets.** The API key is read from the environment variable the caller names, sent
-  only in the ``Authorization`` header, and never appears in errors, logs or the cache.
+  only in the ``Authorization`` header, and never appears in errors, logs or the cache:
+  every text that came from the server (error bodies, malformed responses, answers) has
+  the key replaced with ``***`` before it is stored, logged or raised, since some
+  gateways echo the ``Authorization`` header back.
 """
 
 from __future__ import annotations
@@ -30,6 +33,14 @@ from typing import Any, Callable
 
 class ChatError(Exception):
     """A request that failed for good (after retries); the message is safe to print."""
+
+
+REDACTED = "***"
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` replaced by ``***``."""
+    return text.replace(secret, REDACTED) if secret else text
 
 
 @dataclass(frozen=True)
@@ -116,14 +127,14 @@ class ChatClient:
             return validate(cached), key
         try:
             content = self._post_with_retries(body)
-        except ChatError:
+        except ChatError as exc:
             self.usage.add(failures=1)
-            raise
+            raise ChatError(self._redact(str(exc))) from None
         try:
             value = validate(content)
         except ValueError as exc:
             self.usage.add(failures=1)
-            raise ChatError(f"invalid answer: {exc}") from None
+            raise ChatError(self._redact(f"invalid answer: {exc}")) from None
         self._cache_put(key, content)
         return value, key
 
@@ -151,7 +162,8 @@ class ChatClient:
             with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
                 raw = self._read_until(response, deadline)
         except urllib.error.HTTPError as exc:
-            detail = _error_detail(exc)
+            # read past the 300 shown bytes so a key echoed across the cut is whole when redacted
+            detail = self._redact(_error_detail(exc, 300 + len(self._api_key or "")))[:300]
             if exc.code == 429 or exc.code >= 500:
                 raise _Retryable(f"HTTP {exc.code} from {self.url}: {detail}", _retry_after(exc.headers)) from None
             raise ChatError(f"HTTP {exc.code} from {self.url}: {detail}") from None
@@ -160,7 +172,7 @@ class ChatClient:
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, (TimeoutError, socket.timeout)):
                 raise _Retryable(f"timeout after {self.config.timeout_s:g}s from {self.url}") from None
-            raise _Retryable(f"cannot reach {self.url}: {exc.reason}") from None
+            raise _Retryable(self._redact(f"cannot reach {self.url}: {exc.reason}")) from None
         except (ConnectionError, http.client.HTTPException) as exc:
             raise _Retryable(f"connection to {self.url} failed: {type(exc).__name__}") from None
         return self._content(raw)
@@ -177,19 +189,24 @@ class ChatClient:
                 return b"".join(chunks)
             chunks.append(chunk)
 
+    def _redact(self, text: str) -> str:
+        return redact(text, self._api_key)
+
     def _content(self, raw: bytes) -> str:
         try:
             payload = json.loads(raw)
             content = payload["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
-            raise ChatError(f"malformed response from {self.url}: {raw[:200].decode('utf-8', 'replace')!r}") from None
+            # redact before cutting to 200 characters, so no half key is shown
+            shown = self._redact(raw[:800 + len(self._api_key or "")].decode("utf-8", "replace"))[:200]
+            raise ChatError(f"malformed response from {self.url}: {shown!r}") from None
         if not isinstance(content, str):
             raise ChatError(f"malformed response from {self.url}: message content is {type(content).__name__}")
         usage = payload.get("usage")
         usage = usage if isinstance(usage, dict) else {}
         self.usage.add(prompt_tokens=_count(usage.get("prompt_tokens")),
                        completion_tokens=_count(usage.get("completion_tokens")))
-        return content
+        return self._redact(content)  # the answer is cached and quoted in findings
 
     # -- cache ------------------------------------------------------------------------
     def _cache_path(self, key: str) -> Path | None:
@@ -216,9 +233,9 @@ def _count(value) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
 
 
-def _error_detail(exc: urllib.error.HTTPError) -> str:
+def _error_detail(exc: urllib.error.HTTPError, limit: int = 300) -> str:
     try:
-        return exc.read(300).decode("utf-8", "replace").strip()
+        return exc.read(limit).decode("utf-8", "replace").strip()
     except (OSError, http.client.HTTPException):
         return "(no body)"
 

@@ -26,15 +26,17 @@ import signal
 import sys
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+import dataclasses
 from dataclasses import dataclass, field
-from multiprocessing import get_context
+from contextlib import contextmanager
+from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
 from pipeline.inputs import Task, plan_tasks, resolve_inputs, walked_files
 from pipeline.shard_schema import SHARD_SCHEMA_VERSION
-from pipeline.worker import WorkerConfig, part_paths, run_task
+from pipeline.worker import WorkerConfig, part_paths, run_task, segmenter_for
 from pipeline.write import file_sha256, merge_quarantine, write_json, write_shards
 
 
@@ -55,7 +57,7 @@ class BuildConfig:
     last_call_only: bool = False
     drop_truncated: bool = False
     rows_per_shard: int = 1024
-    chunk_bytes: int = 4 << 20
+    chunk_bytes: int | None = None  # None: auto_chunk_bytes(inputs)
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     overwrite: bool = False
     progress: bool = True
@@ -196,10 +198,22 @@ def _remove_temporaries(out: Path) -> None:
         leftover.unlink(missing_ok=True)
 
 
+def auto_chunk_bytes(files: list[Path]) -> int:
+    """Task size for JSONL byte ranges: about 64 tasks per build so workers stay evenly
+    busy to the end, between 256 KiB (per-task overhead) and 4 MiB (memory per worker).
+    A function of the inputs only, so the output does not depend on --workers."""
+    total = sum(f.stat().st_size for f in files)
+    return int(min(4 << 20, max(256 << 10, total // 64)))
+
+
 def run_build(config: BuildConfig, command: str = "") -> BuildResult:
     from pipeline.progress import task_progress
 
+    if config.engine == "local":
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # before the first encode: workers own the cores
     files = resolve_inputs(config.inputs)
+    if config.chunk_bytes is None:
+        config = dataclasses.replace(config, chunk_bytes=auto_chunk_bytes(files))
     tok_info = _tokenizer_info(config)
     if config.rewards:
         from pipeline.readers.rewards import RewardsError, load_rewards
@@ -236,31 +250,39 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
         todo = [t for t in tasks if t.index not in done]
         wconf = WorkerConfig(config.out, config.tokenizer, config.chat_template, config.row_options(),
                              config.rewards, config.stage)
-        with task_progress(config.progress, len(tasks), resumed) as advance:
-            for result in _run_tasks(todo, wconf, config):
+        with _task_runner(todo, wconf, config) as results_in_order, \
+                task_progress(config.progress, len(tasks), resumed) as advance:
+            for result in results_in_order:
                 done[result["task"]] = result
                 advance(result)
         results = [done[t.index] for t in tasks]
         return _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command)
 
 
-def _run_tasks(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
+@contextmanager
+def _task_runner(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
+    """Start the tasks and yield an iterator over their results in task order.
+
+    Local workers are forked from this process once it has loaded the tokenizer and
+    probed the template (``segmenter_for``), so they start with nothing to load. The
+    fork happens here, before the progress bar starts its thread. Rust tokenizers run
+    single-threaded inside a build: the workers own the cores.
+    """
     if config.engine == "ray":
         from pipeline.ray_engine import run_tasks_on_ray
 
-        yield from run_tasks_on_ray(tasks, wconf, config.ray_address, config.workers)
+        yield run_tasks_on_ray(tasks, wconf, config.ray_address, config.workers)
         return
-    workers = config.workers
-    if workers <= 1 or len(tasks) <= 1:
-        for t in tasks:
-            yield run_task(t, wconf)
+    segmenter_for(wconf)
+    workers = min(config.workers, len(tasks))
+    if workers <= 1:
+        yield (run_task(t, wconf) for t in tasks)
         return
-    # spawn, not fork: the parent holds a Rust tokenizer whose thread pool must not be forked.
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=get_context("spawn"),
+    method = "fork" if "fork" in get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method),
                              initializer=_worker_init, initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(run_task, t, wconf) for t in tasks]
-        for f in futures:
-            yield f.result()
+        yield (f.result() for f in futures)
 
 
 def _worker_init(parent: int) -> None:

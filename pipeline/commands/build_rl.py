@@ -36,8 +36,10 @@ def add_build_arguments(p) -> None:
     p.add_argument("--rows-per-shard", type=int, default=1024, help="Segments per Parquet shard (default 1024).")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="Worker processes (default: all cores). Output is byte-identical for any value.")
-    p.add_argument("--chunk-mb", type=float, default=4.0,
-                   help="Uncompressed JSONL is split into byte ranges of about this size, one task each (default 4).")
+    p.add_argument("--chunk-mb", type=float, default=None,
+                   help="Uncompressed JSONL is split into byte ranges of about this size, one task each. Default: "
+                        "about 1/64 of the input, between 0.25 and 4 MB (a function of the input only, so the "
+                        "output never depends on --workers).")
     p.add_argument("--engine", choices=["local", "ray"], default="local",
                    help="local: worker processes on this machine. ray: the same stage functions on Ray Data "
                         "(map_batches over Arrow); needs `pip install 'seam[ray]'` and, on a cluster, an --out "
@@ -64,7 +66,7 @@ def config_from_args(args, kind: str):
         inputs=args.inputs, out=args.out, kind=kind, format=args.format, tokenizer=args.tokenizer,
         chat_template=args.chat_template, use_std=not getattr(args, "no_std", False),
         mask_summaries=args.mask_summaries, last_call_only=args.last_call_only, drop_truncated=args.drop_truncated,
-        rows_per_shard=args.rows_per_shard, chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))), workers=args.workers,
+        rows_per_shard=args.rows_per_shard, chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))) if args.chunk_mb else None, workers=args.workers,
         overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
         engine=args.engine, ray_address=args.ray_address, rewards=args.rewards,
     )

@@ -134,7 +134,8 @@ class ChatCompletionsReader(Reader):
                     models.append(model)
                 builder.append(self._response(response, line))
             except BAD_CONTENT as exc:
-                yield Rejected(line, f"call in rollout {key}: {reason_of(exc)}", raw)
+                # The whole rollout goes, so the rejection stands for every call in it.
+                yield Rejected(line, f"call in rollout {key}: {reason_of(exc)}", raw, records=len(calls))
                 return
         try:
             rollout = builder.build(rollout_id=key, task_id=key, source=self.name, model=models[0] if models else None,

@@ -196,11 +196,14 @@ class _TokenDumpReader(Reader):
                 yield Rejected(line, error, raw)
                 continue
             try:
-                for row in rows_of(rec, self.batch_column):
-                    s = self.to_sample(row, line)
-                    groups.setdefault(s.key, []).append(s)
+                # Every row of a line is checked before any joins its rollout: a broken
+                # row rejects the whole line, and no sibling row is left half-added.
+                samples = [self.to_sample(row, line) for row in rows_of(rec, self.batch_column)]
             except BAD_CONTENT as exc:
                 yield Rejected(line, reason_of(exc), raw)
+                continue
+            for s in samples:
+                groups.setdefault(s.key, []).append(s)
         seen: set = set()
         for samples in groups.values():
             item = build_rollout(samples, self.name)

@@ -230,10 +230,14 @@ def test_a_build_over_damaged_files_of_every_format_accounts_for_every_item(tmp_
     assert len((tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()) == c["quarantined"]
 
 
-KNOWN_BUGS = {
-    # Two calls of one session; the second is broken: the whole rollout is rejected but
-    # counted as one record, so the first line is lost (openai_messages.py, _rollout:
-    # Rejected(line, ...) without records=len(calls)). Also hit by two lines without a session id.
+FOUND_BY_FUZZING = {
+    # Regression inputs: minimal files this fuzzer found, each pinning a reader bug that is
+    # now fixed.
+    #
+    # Two calls of one session; the second is broken: the whole rollout was rejected but
+    # counted as one record, so the first line was lost (openai_messages.py, _rollout now
+    # rejects with records=len(calls)). Also hit by two lines without a session id, which
+    # the reader groups by their first messages.
     "chat-completions": [
         {"session_id": "s", "request": {"messages": [{"role": "user", "content": "hi"}]},
          "response": {"choices": [{"message": {"role": "assistant", "content": "a"}}]}},
@@ -242,22 +246,37 @@ KNOWN_BUGS = {
                                                      {"role": "user", "content": "more"}]},
          "response": {"choices": True}},
     ],
-    # A batch line whose second row is broken: the first row already joined its rollout,
-    # so the line is both rejected and accepted, and a rollout cut to its first step is
-    # accepted as whole (token_dumps.py, _TokenDumpReader.read adds rows before the line
-    # is validated).
+    "chat-completions-no-session": [
+        {"request": {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]},
+         "response": {"choices": [{"message": {"role": "assistant", "content": "a"}}]}},
+        {"request": {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"},
+                                  {"role": "assistant", "content": "a"},
+                                  {"role": "user", "content": "more"}]},
+         "response": {"choices": True}},
+    ],
+    # A batch line whose second row is broken: the first row had already joined its
+    # rollout, so the line was both rejected and accepted, and a rollout cut to its first
+    # step was accepted as whole (token_dumps.py, _TokenDumpReader.read now checks every
+    # row of a line before adding any, and rejects a broken line whole).
     "skyrl": [
         {"prompt_token_ids": [[1, 2], "text"], "response_ids": [[5, 6], [8, 9]],
          "trajectory_ids": [{"instance_id": "i", "repetition_id": 0}, {"instance_id": "i", "repetition_id": 0}]},
     ],
+    # The same shape for the other batch readers, which share _TokenDumpReader.read.
+    "verl": [
+        {"prompt_ids": [[1, 2], "text"], "response_ids": [[5, 6], [8, 9]], "rollout_id": ["r", "r"]},
+    ],
+    "slime": [
+        {"tokens": [[1, 2, 5, 6], "text"], "response_length": [2, 2], "rollout_id": ["r", "r"]},
+    ],
 }
 
 
-@pytest.mark.xfail(strict=True, reason="reader accounting bugs found by this fuzzer (see KNOWN_BUGS); fix the readers")
-@pytest.mark.parametrize("fmt", sorted(KNOWN_BUGS))
-def test_minimal_inputs_the_fuzzer_found(fmt, tmp_path):
+@pytest.mark.parametrize("case", sorted(FOUND_BY_FUZZING))
+def test_minimal_inputs_the_fuzzer_found(case, tmp_path):
+    fmt = case.split("-no-session")[0]
     path = tmp_path / "found.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in KNOWN_BUGS[fmt]))
+    path.write_text("".join(json.dumps(r) + "\n" for r in FOUND_BY_FUZZING[case]))
     items = read_all(fmt, path)
     assert_every_line_accounted(path, items)
     assert not (any(isinstance(i, Rejected) for i in items) and any(isinstance(i, Accepted) for i in items))

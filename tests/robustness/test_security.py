@@ -168,12 +168,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("echo", [
-    False,
-    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
-        "judge/chat_client.py copies the server's error body into failure reasons written to OUT.errors.jsonl; "
-        "a gateway that echoes the Authorization header leaks the key there (redact the key from server text)"))),
-], ids=["answering", "echoing-the-key"])
+@pytest.mark.parametrize("echo", [False, True], ids=["answering", "echoing-the-key"])
 def test_the_judge_sends_the_key_only_in_its_header(tmp_path, corpus, echo):
     server = _Endpoint(echo)
     threading.Thread(target=server.serve_forever, daemon=True).start()
