@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+CORE   := $(VENV)/.installed-core
+STAMP  := $(VENV)/.installed-all
 export SEAM_CACHE_DIR ?= $(CURDIR)/.seam-cache
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM ?= true
@@ -13,20 +14,26 @@ SAMPLE := data/sample
 
 .PHONY: setup build-rl-shards build-sft test bench fuzz report train-step clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+# The main job needs only the core install (no torch); tests, training and benchmarks
+# add the train and dev extras (torch==2.13.0 CPU, hypothesis, Ray Data, ...).
+$(CORE): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(CORE)
+
+$(STAMP): $(CORE)
 	$(BIN)/pip install -q -e '.[train,dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
 
 ## The main job: RL shards from the embedded sample into out/rl/
-build-rl-shards: $(STAMP)
+build-rl-shards: $(CORE)
 	$(BIN)/seam build-rl $(SAMPLE) --out out/rl --overwrite
 
 ## SFT shards (judge corrections, filters, audit columns) + preference pairs into out/sft/
-build-sft: $(STAMP)
+build-sft: $(CORE)
 	$(BIN)/seam build-sft $(SAMPLE) --out out/sft --overwrite
 	$(BIN)/seam audit out/sft
 
