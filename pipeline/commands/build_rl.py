@@ -91,6 +91,11 @@ def run_configured_build(config, title: str) -> int:
     if result.up_to_date:
         print(f"{result.out} is up to date (same inputs, tokenizer and options); nothing to do.")
     print_summary(f"{title} → {result.out}", result.counts, result.seams, result.skipped, result.group_of_one)
+    if result.manifest["tokenizer"].get("incremental_rendering"):
+        print("chat template: incremental rendering (each message rendered and tokenized once)")
+    else:
+        print("chat template: not message-local (it re-renders history), so every call without logged ids "
+              "was rendered in full — correct, but quadratic in rollout length")
     print(f"wrote {len(result.shards)} shard(s), quarantine.jsonl, manifest.json, README.md to {result.out}")
     return 0
 
