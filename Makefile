@@ -39,7 +39,7 @@ build-sft: $(CORE)
 
 ## The test suite (hypothesis property tests included)
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15
 
 clean:
 	rm -rf out .seam-cache
@@ -59,6 +59,7 @@ report: build-rl-shards
 ## Long robustness run: 300 random examples per fuzz test, 40 SIGKILLs, 7 disk-full sizes (~10 min)
 fuzz: $(STAMP)
 	SEAM_FUZZ_EXAMPLES=300 SEAM_CRASH_KILLS=40 $(BIN)/pytest -q -s tests/robustness
+	SEAM_EXHAUSTIVE=1 $(BIN)/pytest -q tests/test_incremental_rendering.py
 
 ## Benchmarks: ratios measured in one run, table on stdout, numbers in out/bench.json
 bench: $(STAMP)
