@@ -39,7 +39,7 @@ build-sft: $(CORE)
 
 ## The test suite (hypothesis property tests included)
 test: $(STAMP)
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest --durations=15
 
 clean:
 	rm -rf out .seam-cache

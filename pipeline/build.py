@@ -22,8 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
-import sys
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 import dataclasses
@@ -36,7 +34,7 @@ from typing import Any
 from pipeline import __version__
 from pipeline.inputs import Task, plan_tasks, resolve_inputs, walked_files
 from pipeline.shard_schema import SHARD_SCHEMA_VERSION
-from pipeline.worker import WorkerConfig, part_paths, run_task, segmenter_for
+from pipeline.worker import WorkerConfig, die_with_parent, part_paths, run_task, segmenter_for
 from pipeline.write import file_sha256, merge_quarantine, write_json, write_shards
 
 
@@ -280,21 +278,11 @@ def _task_runner(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
         return
     method = "fork" if "fork" in get_all_start_methods() else "spawn"
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method),
-                             initializer=_worker_init, initargs=(os.getpid(),)) as pool:
+                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(run_task, t, wconf) for t in tasks]
         yield (f.result() for f in futures)
 
 
-def _worker_init(parent: int) -> None:
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    # A worker must die with its build (even on SIGKILL): an orphan would go on writing
-    # parts into --out while a rerun owns the directory.
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the build died before the line above ran
-            os._exit(1)
 
 
 def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command) -> BuildResult:
@@ -308,9 +296,10 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resume
             f[k] += r["counts"].get(k, 0)
         f["skipped"] += sum(r["skipped"].values())
     indices = [t.index for t in tasks]
-    total_rows = sum(r["rows"] for r in results)
     extra_fields = config.stage.extra_fields if config.stage is not None else []
-    shards = write_shards(config.out, indices, total_rows, config.rows_per_shard, config.use_std, extra_fields)
+    shard_hashes = write_shards(config.out, [(r["task"], r["rows"]) for r in results], config.rows_per_shard,
+                                config.use_std, extra_fields, config.workers)
+    shards = list(shard_hashes)
     quarantined = merge_quarantine(config.out, indices)
     # A stage may quarantine records that are not rollouts (judge corrections), counted apart.
     assert quarantined == counts["quarantined"] + counts["corrections_quarantined"], "quarantine file and counts disagree"
@@ -329,7 +318,7 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resume
         "tokenizer": tok_info,
         "inputs": inputs,
         "shards": shards,
-        "shard_sha256": {s: file_sha256(out / s) for s in shards},
+        "shard_sha256": shard_hashes,
         "counts": dict(sorted(counts.items())),
         "seams": dict(sorted(seams.items())),
         "skipped": dict(sorted(skipped.items())),

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +55,22 @@ def segmenter_for(config: WorkerConfig) -> Segmenter:
 
         _SEGMENTERS[key] = Segmenter(ChatRenderer(load_build_tokenizer(config.tokenizer, config.chat_template)))
     return _SEGMENTERS[key]
+
+
+def die_with_parent(parent: int) -> None:
+    """Initializer of every build worker process (tasks and shard writers).
+
+    A worker must die with its build, even on SIGKILL: an orphan would go on writing into
+    --out, and — forked while the build held ``OUT/.lock`` — it would keep that lock's
+    open file alive, so the rerun would find the directory in use forever.
+    """
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the build died before the line above ran
+            os._exit(1)
 
 
 def part_paths(out: str, index: int) -> tuple[Path, Path, Path]:

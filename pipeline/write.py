@@ -2,9 +2,10 @@
 
 Part files hold every row except the group-dependent columns. Finalizing reads the
 tiny rollout table (one row per rollout: task, reward) from all parts, computes GRPO
-advantages over rollouts (``pipeline/advantage.py``), then streams the parts in task
-order into ``train-XXXXX-of-NNNNN.parquet`` shards of ``rows_per_shard`` rows, each
-written to a temporary name and renamed. Memory is one part plus one shard.
+advantages over rollouts (``pipeline/advantage.py``), then cuts the parts, in task
+order, into ``train-XXXXX-of-NNNNN.parquet`` shards of ``rows_per_shard`` rows, written
+in parallel, each to a temporary name and renamed. Memory is one shard (and the parts it
+spans) per worker.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 from pipeline.advantage import group_advantages
 from pipeline.rows import ROLLOUT_ORDINAL
 from pipeline.shard_schema import SHARD_SCHEMA
-from pipeline.worker import part_paths
+from pipeline.worker import die_with_parent, part_paths
 
 SHARD_PATTERN = "train-{index:05d}-of-{total:05d}.parquet"
 
@@ -53,44 +54,65 @@ def compute_group_stats(out: str, task_indices: list[int], use_std: bool) -> dic
     return result
 
 
-def write_shards(out: str, task_indices: list[int], total_rows: int, rows_per_shard: int, use_std: bool,
-                 extra_fields=()) -> list[str]:
+def plan_shards(part_rows: list[tuple[int, int]], rows_per_shard: int) -> list[list[tuple[int, int, int]]]:
+    """Cut the parts' rows, in task order, into shards of ``rows_per_shard`` rows:
+    for each shard the ``(task, offset, length)`` slices it is made of."""
+    shards: list[list[tuple[int, int, int]]] = [[]]
+    room = rows_per_shard
+    for task, rows in part_rows:
+        offset = 0
+        while offset < rows:
+            if room == 0:
+                shards.append([])
+                room = rows_per_shard
+            take = min(room, rows - offset)
+            shards[-1].append((task, offset, take))
+            offset += take
+            room -= take
+    return shards
+
+
+def write_shards(out: str, part_rows: list[tuple[int, int]], rows_per_shard: int, use_std: bool,
+                 extra_fields=(), workers: int = 1) -> dict[str, str]:
+    """Write every shard; returns ``{shard name: sha256}`` in shard order.
+
+    Shards are independent once the group advantages are known, so they are written in
+    parallel (forked workers) — the serial part of finalizing is the tiny group table.
+    """
     schema = pa.schema([*SHARD_SCHEMA, *extra_fields], metadata=SHARD_SCHEMA.metadata)
-    stats = compute_group_stats(out, task_indices, use_std)
-    num_shards = max(1, -(-total_rows // rows_per_shard))
-    names = [SHARD_PATTERN.format(index=i, total=num_shards) for i in range(num_shards)]
-    pending: list[pa.Table] = []
-    pending_rows, shard = 0, 0
+    stats = compute_group_stats(out, [t for t, _ in part_rows], use_std)
+    plan = plan_shards(part_rows, rows_per_shard)
+    names = [SHARD_PATTERN.format(index=i, total=len(plan)) for i in range(len(plan))]
+    jobs = [(out, name, pieces, {t: stats[t] for t, _, _ in pieces}, schema) for name, pieces in zip(names, plan)]
+    if workers > 1 and len(jobs) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_all_start_methods, get_context
 
-    def flush(tables: list[pa.Table]) -> None:
-        nonlocal shard
-        table = pa.concat_tables(tables) if tables else schema.empty_table()
-        _write_parquet(Path(out) / names[shard], table.combine_chunks())
-        shard += 1
+        method = "fork" if "fork" in get_all_start_methods() else "spawn"
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=get_context(method),
+                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+            hashes = list(pool.map(_write_shard, jobs))
+    else:
+        hashes = [_write_shard(job) for job in jobs]
+    return dict(zip(names, hashes))
 
-    for t in task_indices:
-        part = pq.read_table(part_paths(out, t)[0])
-        if part.num_rows == 0:
-            continue
-        adv, sizes = stats[t]
+
+def _write_shard(job) -> str:
+    out, name, pieces, stats, schema = job
+    tables = []
+    for task, offset, length in pieces:
+        part = pq.read_table(part_paths(out, task)[0]).slice(offset, length)
+        adv, sizes = stats[task]
         ordinals = part[ROLLOUT_ORDINAL].to_numpy()
         part = part.set_column(part.schema.get_field_index("advantage"), SHARD_SCHEMA.field("advantage"),
                                pa.array(adv[ordinals], type=pa.float32()))
         part = part.set_column(part.schema.get_field_index("group_size"), SHARD_SCHEMA.field("group_size"),
                                pa.array(sizes[ordinals], type=pa.int32()))
-        part = part.drop_columns([ROLLOUT_ORDINAL]).cast(schema)
-        offset = 0
-        while offset < part.num_rows:
-            take = min(rows_per_shard - pending_rows, part.num_rows - offset)
-            pending.append(part.slice(offset, take))
-            pending_rows += take
-            offset += take
-            if pending_rows == rows_per_shard:
-                flush(pending)
-                pending, pending_rows = [], 0
-    if pending or shard == 0:
-        flush(pending)
-    return names
+        tables.append(part.drop_columns([ROLLOUT_ORDINAL]).cast(schema))
+    table = pa.concat_tables(tables).combine_chunks() if tables else schema.empty_table()
+    path = Path(out) / name
+    _write_parquet(path, table)
+    return file_sha256(path)
 
 
 def _write_parquet(path: Path, table: pa.Table) -> None:

@@ -19,6 +19,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
