@@ -208,7 +208,8 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
     from pipeline.progress import task_progress
 
     if config.engine == "local":
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # before the first encode: workers own the cores
+        # Workers own the cores: every process of a local build encodes on one thread.
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
     files = resolve_inputs(config.inputs)
     if config.chunk_bytes is None:
         config = dataclasses.replace(config, chunk_bytes=auto_chunk_bytes(files))
@@ -263,8 +264,8 @@ def _task_runner(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
 
     Local workers are forked from this process once it has loaded the tokenizer and
     probed the template (``segmenter_for``), so they start with nothing to load. The
-    fork happens here, before the progress bar starts its thread. Rust tokenizers run
-    single-threaded inside a build: the workers own the cores.
+    fork happens here, before the progress bar starts its thread. Each worker encodes
+    on one thread: the workers own the cores.
     """
     if config.engine == "ray":
         from pipeline.ray_engine import run_tasks_on_ray

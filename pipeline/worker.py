@@ -60,6 +60,10 @@ def segmenter_for(config: WorkerConfig) -> Segmenter:
 def die_with_parent(parent: int) -> None:
     """Initializer of every build worker process (tasks and shard writers).
 
+    A worker encodes on one core, on the tokenizer's sequential path: the workers own the
+    cores, and if the parent had started a Rayon pool (in-process use, tests) a forked
+    copy of it has no threads behind it, so encoding through it would hang.
+
     A worker must die with its build, even on SIGKILL: an orphan would go on writing into
     --out, and — forked while the build held ``OUT/.lock`` — it would keep that lock's
     open file alive, so the rerun would find the directory in use forever.
