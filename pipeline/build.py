@@ -298,7 +298,7 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resume
         f["skipped"] += sum(r["skipped"].values())
     indices = [t.index for t in tasks]
     extra_fields = config.stage.extra_fields if config.stage is not None else []
-    shard_hashes = write_shards(config.out, [(r["task"], r["rows"]) for r in results], config.rows_per_shard,
+    shard_hashes, group_of_one = write_shards(config.out, [(r["task"], r["rows"]) for r in results], config.rows_per_shard,
                                 config.use_std, extra_fields, config.workers)
     shards = list(shard_hashes)
     quarantined = merge_quarantine(config.out, indices)
@@ -306,7 +306,6 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resume
     assert quarantined == counts["quarantined"] + counts["corrections_quarantined"], "quarantine file and counts disagree"
     if config.stage is not None:
         counts.update(config.stage.finalize(config.out, indices))
-    group_of_one = _groups_of_one(out, shards)
     for k in ("read", "accepted", "quarantined"):
         counts.setdefault(k, 0)
     manifest = {
@@ -333,13 +332,3 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resume
     write_json(out / "manifest.json", manifest)
     shutil.rmtree(out / ".parts", ignore_errors=True)
     return BuildResult(out, shards, counts, seams, skipped, per_file, group_of_one, resumed, manifest)
-
-
-def _groups_of_one(out: Path, shards: list[str]) -> int:
-    import duckdb
-
-    files = [str(out / s) for s in shards]
-    con = duckdb.connect()
-    row = con.execute(
-        "SELECT count(DISTINCT task_id) FROM read_parquet(?) WHERE group_size = 1", [files]).fetchone()
-    return int(row[0])

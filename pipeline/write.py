@@ -28,8 +28,9 @@ from pipeline.worker import die_with_parent, part_paths
 SHARD_PATTERN = "train-{index:05d}-of-{total:05d}.parquet"
 
 
-def compute_group_stats(out: str, task_indices: list[int], use_std: bool) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Per task: (advantage, group_size) indexed by rollout ordinal."""
+def compute_group_stats(out: str, task_indices: list[int], use_std: bool) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], int]:
+    """Per task: (advantage, group_size) indexed by rollout ordinal; and how many task
+    groups hold a single rollout (advantage 0, reported in the summary)."""
     keys, rewards, owners = [], [], []
     for t in task_indices:
         part = part_paths(out, t)[0]
@@ -40,8 +41,9 @@ def compute_group_stats(out: str, task_indices: list[int], use_std: bool) -> dic
         owners.extend((t, o) for o in first[ROLLOUT_ORDINAL].to_pylist())
     result: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if not keys:
-        return result
+        return result, 0
     adv, sizes = group_advantages(np.array(keys, dtype=object), np.array(rewards, dtype=np.float64), use_std)
+    groups_of_one = len({k for k, n in zip(keys, sizes) if n == 1})
     per_task: dict[int, list[tuple[int, float, int]]] = {}
     for (t, o), a, s in zip(owners, adv, sizes):
         per_task.setdefault(t, []).append((o, a, s))
@@ -51,7 +53,7 @@ def compute_group_stats(out: str, task_indices: list[int], use_std: bool) -> dic
         for o, a, s in items:
             a_arr[o], s_arr[o] = a, s
         result[t] = (a_arr, s_arr)
-    return result
+    return result, groups_of_one
 
 
 def plan_shards(part_rows: list[tuple[int, int]], rows_per_shard: int) -> list[list[tuple[int, int, int]]]:
@@ -73,14 +75,15 @@ def plan_shards(part_rows: list[tuple[int, int]], rows_per_shard: int) -> list[l
 
 
 def write_shards(out: str, part_rows: list[tuple[int, int]], rows_per_shard: int, use_std: bool,
-                 extra_fields=(), workers: int = 1) -> dict[str, str]:
-    """Write every shard; returns ``{shard name: sha256}`` in shard order.
+                 extra_fields=(), workers: int = 1) -> tuple[dict[str, str], int]:
+    """Write every shard; returns ``{shard name: sha256}`` in shard order and the number
+    of task groups of one.
 
     Shards are independent once the group advantages are known, so they are written in
     parallel (forked workers) — the serial part of finalizing is the tiny group table.
     """
     schema = pa.schema([*SHARD_SCHEMA, *extra_fields], metadata=SHARD_SCHEMA.metadata)
-    stats = compute_group_stats(out, [t for t, _ in part_rows], use_std)
+    stats, groups_of_one = compute_group_stats(out, [t for t, _ in part_rows], use_std)
     plan = plan_shards(part_rows, rows_per_shard)
     names = [SHARD_PATTERN.format(index=i, total=len(plan)) for i in range(len(plan))]
     jobs = [(out, name, pieces, {t: stats[t] for t, _, _ in pieces}, schema) for name, pieces in zip(names, plan)]
@@ -94,7 +97,7 @@ def write_shards(out: str, part_rows: list[tuple[int, int]], rows_per_shard: int
             hashes = list(pool.map(_write_shard, jobs))
     else:
         hashes = [_write_shard(job) for job in jobs]
-    return dict(zip(names, hashes))
+    return dict(zip(names, hashes)), groups_of_one
 
 
 def _write_shard(job) -> str:
