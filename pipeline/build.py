@@ -134,15 +134,16 @@ class OutputLock:
 
 
 def _tokenizer_info(config: BuildConfig) -> dict:
-    from pipeline.render import ChatRenderer, TemplateError
-    from pipeline.tokenizer import load_build_tokenizer, tokenizer_fingerprint
+    from pipeline.render import TemplateError
+    from pipeline.tokenizer import tokenizer_fingerprint
+    from pipeline.worker import segmenter_with
 
-    tokenizer = load_build_tokenizer(config.tokenizer, config.chat_template)
-    info = tokenizer_fingerprint(tokenizer)
     try:
-        info["incremental_rendering"] = ChatRenderer(tokenizer).incremental
+        renderer = segmenter_with(config.tokenizer, config.chat_template).r
     except TemplateError as exc:
         raise BuildError(f"the chat template ({config.chat_template or 'of the tokenizer'}) cannot be used: {exc}") from None
+    info = tokenizer_fingerprint(renderer.tokenizer)
+    info["incremental_rendering"] = renderer.incremental
     return info
 
 

@@ -49,11 +49,17 @@ _SEGMENTERS: dict[tuple, Segmenter] = {}
 
 def segmenter_for(config: WorkerConfig) -> Segmenter:
     """One tokenizer + renderer per process, loaded on first use."""
-    key = (config.tokenizer, config.chat_template)
+    return segmenter_with(config.tokenizer, config.chat_template)
+
+
+def segmenter_with(tokenizer: str | None, chat_template: str | None) -> Segmenter:
+    """The process's segmenter for a tokenizer and template: loaded and probed once, shared
+    by the manifest (template hash, incremental or not) and by every task."""
+    key = (tokenizer, chat_template)
     if key not in _SEGMENTERS:
         from pipeline.tokenizer import load_build_tokenizer
 
-        _SEGMENTERS[key] = Segmenter(ChatRenderer(load_build_tokenizer(config.tokenizer, config.chat_template)))
+        _SEGMENTERS[key] = Segmenter(ChatRenderer(load_build_tokenizer(tokenizer, chat_template)))
     return _SEGMENTERS[key]
 
 
