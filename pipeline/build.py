@@ -299,7 +299,7 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resume
         f["skipped"] += sum(r["skipped"].values())
     indices = [t.index for t in tasks]
     extra_fields = config.stage.extra_fields if config.stage is not None else []
-    shard_hashes, group_of_one = write_shards(config.out, [(r["task"], r["rows"]) for r in results], config.rows_per_shard,
+    shard_hashes, group_of_one = write_shards(config.out, results, config.rows_per_shard,
                                 config.use_std, extra_fields, config.workers)
     shards = list(shard_hashes)
     quarantined = merge_quarantine(config.out, indices)

@@ -53,3 +53,11 @@ SHARD_SCHEMA = pa.schema(
     [pa.field(name, dtype, nullable=nullable, metadata={"doc": doc}) for name, dtype, nullable, doc in COLUMNS],
     metadata={"seam.shard_schema_version": SHARD_SCHEMA_VERSION},
 )
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """Columns worth dictionary encoding in Parquet: the top-level strings (ids, kinds),
+    which repeat. Token ids are not: with a vocabulary of ~150k their dictionary pages
+    overflow and fall back to plain pages anyway, and trying costs twice the write time
+    of plain zstd pages, which are also smaller (measured on the sample: 1.8 vs 2.5 MB)."""
+    return [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]

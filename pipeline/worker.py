@@ -1,7 +1,8 @@
 """Run one build task: records → validated rollouts → segment rows → one part file.
 
-A task writes, under ``OUT/.parts/``, ``part-NNNNNN.parquet`` (rows without the
-group-dependent columns), ``part-NNNNNN.quarantine.jsonl`` and, last, the completion
+A task writes, under ``OUT/.parts/``, ``part-NNNNNN.arrow`` (rows without the
+group-dependent columns, as a zstd-compressed Arrow IPC file: read back without
+decoding Parquet's list levels, about 4× faster), ``part-NNNNNN.quarantine.jsonl`` and, last, the completion
 marker ``part-NNNNNN.json`` with its counts. Each is written to a temporary name and
 renamed, so a killed build leaves either a complete part or none, and a rerun skips
 every part whose marker exists (resume).
@@ -17,17 +18,20 @@ import math
 import os
 import signal
 import sys
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-import pyarrow.parquet as pq
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.feather as feather
 
 from pipeline.canonical_io import UNREADABLE, iter_jsonl_lines, iter_parquet_records, parse_rollout
 from pipeline.inputs import CANONICAL, UNRECOGNISED, Task
 from pipeline.render import ChatRenderer, TemplateError
-from pipeline.rows import RejectedRollout, RowBatch, RowOptions, masked_segments
+from pipeline.rows import ROLLOUT_ORDINAL, RejectedRollout, RowBatch, RowOptions, masked_segments
 from pipeline.segment import Segmenter
 from schemas.rollout import Rollout
 
@@ -85,7 +89,7 @@ def die_with_parent(parent: int) -> None:
 
 def part_paths(out: str, index: int) -> tuple[Path, Path, Path]:
     base = Path(out) / ".parts" / f"part-{index:06d}"
-    return base.with_suffix(".parquet"), base.with_suffix(".quarantine.jsonl"), base.with_suffix(".json")
+    return base.with_suffix(".arrow"), base.with_suffix(".quarantine.jsonl"), base.with_suffix(".json")
 
 
 def iter_task_records(task: Task) -> Iterator[tuple[int | None, Rollout | None, str | None, str | None]]:
@@ -145,8 +149,38 @@ def rewards_for(path: str) -> dict:
 
 
 def run_task(task: Task, config: WorkerConfig) -> dict:
-    """Process one task and write its part files; returns the task's counts."""
-    parquet_path, quarantine_path, marker = part_paths(config.out, task.index)
+    """Process one task and write its part files; returns the task's counts.
+
+    The work runs on a helper thread, not the process's main thread: glibc gives every
+    thread but the main one its own malloc arena, and the tokenizer's many short-lived
+    Rust allocations run about 25% faster there than in the main arena they would share
+    with the interpreter (measured: the same pieces encode in 1.75 s on a helper thread,
+    2.4 s on the main thread, 2.5 s on a helper thread with ``MALLOC_ARENA_MAX=1``).
+    """
+    return _on_helper_thread(_run_task, task, config)
+
+
+def _on_helper_thread(fn, *args):
+    """``fn(*args)`` on a fresh daemon thread (a daemon, so that Ctrl-C in the main
+    thread ends the process instead of waiting for the task); its exception re-raised."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["result"] = fn(*args)
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="seam-task", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def _run_task(task: Task, config: WorkerConfig) -> dict:
+    part_path, quarantine_path, marker = part_paths(config.out, task.index)
     segmenter = segmenter_for(config)
     rewards = rewards_for(config.rewards) if config.rewards else None
     task_stage = config.stage.open_task(config.out, task.index) if config.stage is not None else None
@@ -211,16 +245,27 @@ def run_task(task: Task, config: WorkerConfig) -> dict:
             stats["calls"] += len(m.segment.spans)
     if task_stage is not None:
         stats.update(task_stage.close())
-    parquet_path.parent.mkdir(parents=True, exist_ok=True)
-    # Parts are temporary: lz4 costs a fraction of zstd's CPU; the shards are zstd.
-    _atomic_write(parquet_path, lambda tmp: pq.write_table(batch.to_table(), tmp, compression="lz4"))
+    part_path.parent.mkdir(parents=True, exist_ok=True)
+    table = batch.to_table()
+    _atomic_write(part_path, lambda tmp: feather.write_feather(table, tmp, compression="zstd"))
     _atomic_write(quarantine_path, lambda tmp: Path(tmp).write_bytes(b"".join(quarantine_lines)))
     result = {
         "task": task.index, "file": task.path, "format": task.format, "rows": batch.num_rows,
         "counts": dict(stats), "skipped": dict(skipped), "seams": dict(seams),
+        "groups": group_table(table),
     }
     _atomic_write(marker, lambda tmp: Path(tmp).write_text(json.dumps(result, sort_keys=True)))
     return result
+
+
+def group_table(table: pa.Table) -> dict[str, list]:
+    """The task's rollouts that have rows, for GRPO groups: task id, reward (None for
+    NaN: no outcome) and rollout ordinal. Returned with the counts, so finalizing never
+    re-reads the parts to group them."""
+    first = table.filter(pc.equal(table["segment_index"], 0))
+    return {"task_id": first["task_id"].to_pylist(),
+            "reward": [None if math.isnan(r) else r for r in first["reward"].to_pylist()],
+            "ordinal": first[ROLLOUT_ORDINAL].to_pylist()}
 
 
 def _check_numbers(rollout: Rollout, vocab_size: int) -> None:

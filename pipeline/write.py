@@ -1,10 +1,10 @@
 """Finalize a build: group advantages, shards, quarantine, manifest, dataset card.
 
-Part files hold every row except the group-dependent columns. Finalizing reads the
-tiny rollout table (one row per rollout: task, reward) from all parts, computes GRPO
-advantages over rollouts (``pipeline/advantage.py``), then cuts the parts, in task
-order, into ``train-XXXXX-of-NNNNN.parquet`` shards of ``rows_per_shard`` rows, written
-in parallel, each to a temporary name and renamed. Memory is one shard (and the parts it
+Part files hold every row except the group-dependent columns. Finalizing takes the
+tiny rollout table (one row per rollout: task, reward) that every task returned with its
+counts, computes GRPO advantages over rollouts (``pipeline/advantage.py``), then cuts the
+parts, in task order, into ``train-XXXXX-of-NNNNN.parquet`` shards of at most
+``rows_per_shard`` rows (equal sizes), written in parallel, each to a temporary name and renamed. Memory is one shard (and the parts it
 spans) per worker.
 """
 
@@ -17,28 +17,29 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
 from pipeline.advantage import group_advantages
 from pipeline.rows import ROLLOUT_ORDINAL
-from pipeline.shard_schema import SHARD_SCHEMA
+from pipeline.shard_schema import SHARD_SCHEMA, dictionary_columns
 from pipeline.worker import die_with_parent, part_paths
 
 SHARD_PATTERN = "train-{index:05d}-of-{total:05d}.parquet"
 
 
-def compute_group_stats(out: str, task_indices: list[int], use_std: bool) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], int]:
+def compute_group_stats(results: list[dict], use_std: bool) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], int]:
     """Per task: (advantage, group_size) indexed by rollout ordinal; and how many task
-    groups hold a single rollout (advantage 0, reported in the summary)."""
+    groups hold a single rollout (advantage 0, reported in the summary).
+
+    ``results`` are the tasks' results, each with its ``groups`` table (task id, reward,
+    ordinal of every rollout that has rows; ``worker.group_table``)."""
     keys, rewards, owners = [], [], []
-    for t in task_indices:
-        part = part_paths(out, t)[0]
-        table = pq.read_table(part, columns=["task_id", "reward", "segment_index", ROLLOUT_ORDINAL])
-        first = table.filter(pc.equal(table["segment_index"], 0))
-        keys.extend(first["task_id"].to_pylist())
-        rewards.extend(first["reward"].to_pylist())
-        owners.extend((t, o) for o in first[ROLLOUT_ORDINAL].to_pylist())
+    for r in results:
+        groups = r["groups"]
+        keys.extend(groups["task_id"])
+        rewards.extend(np.nan if x is None else x for x in groups["reward"])
+        owners.extend((r["task"], o) for o in groups["ordinal"])
     result: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if not keys:
         return result, 0
@@ -57,16 +58,20 @@ def compute_group_stats(out: str, task_indices: list[int], use_std: bool) -> tup
 
 
 def plan_shards(part_rows: list[tuple[int, int]], rows_per_shard: int) -> list[list[tuple[int, int, int]]]:
-    """Cut the parts' rows, in task order, into shards of ``rows_per_shard`` rows:
-    for each shard the ``(task, offset, length)`` slices it is made of."""
+    """Cut the parts' rows, in task order, into as few shards as hold at most
+    ``rows_per_shard`` rows each, of equal size (±1 row, so that shards written in parallel
+    finish together): for each shard the ``(task, offset, length)`` slices it is made of."""
+    total = sum(rows for _, rows in part_rows)
+    count = max(1, -(-total // rows_per_shard))
+    sizes = [total // count + (1 if i < total % count else 0) for i in range(count)]
     shards: list[list[tuple[int, int, int]]] = [[]]
-    room = rows_per_shard
+    room = sizes[0]
     for task, rows in part_rows:
         offset = 0
         while offset < rows:
             if room == 0:
                 shards.append([])
-                room = rows_per_shard
+                room = sizes[len(shards) - 1]
             take = min(room, rows - offset)
             shards[-1].append((task, offset, take))
             offset += take
@@ -74,17 +79,17 @@ def plan_shards(part_rows: list[tuple[int, int]], rows_per_shard: int) -> list[l
     return shards
 
 
-def write_shards(out: str, part_rows: list[tuple[int, int]], rows_per_shard: int, use_std: bool,
+def write_shards(out: str, results: list[dict], rows_per_shard: int, use_std: bool,
                  extra_fields=(), workers: int = 1) -> tuple[dict[str, str], int]:
-    """Write every shard; returns ``{shard name: sha256}`` in shard order and the number
-    of task groups of one.
+    """Write every shard from the tasks' results (in task order); returns
+    ``{shard name: sha256}`` in shard order and the number of task groups of one.
 
     Shards are independent once the group advantages are known, so they are written in
     parallel (forked workers) — the serial part of finalizing is the tiny group table.
     """
     schema = pa.schema([*SHARD_SCHEMA, *extra_fields], metadata=SHARD_SCHEMA.metadata)
-    stats, groups_of_one = compute_group_stats(out, [t for t, _ in part_rows], use_std)
-    plan = plan_shards(part_rows, rows_per_shard)
+    stats, groups_of_one = compute_group_stats(results, use_std)
+    plan = plan_shards([(r["task"], r["rows"]) for r in results], rows_per_shard)
     names = [SHARD_PATTERN.format(index=i, total=len(plan)) for i in range(len(plan))]
     jobs = [(out, name, pieces, {t: stats[t] for t, _, _ in pieces}, schema) for name, pieces in zip(names, plan)]
     if workers > 1 and len(jobs) > 1:
@@ -104,7 +109,7 @@ def _write_shard(job) -> str:
     out, name, pieces, stats, schema = job
     tables = []
     for task, offset, length in pieces:
-        part = pq.read_table(part_paths(out, task)[0]).slice(offset, length)
+        part = feather.read_table(part_paths(out, task)[0], memory_map=False).slice(offset, length)
         adv, sizes = stats[task]
         ordinals = part[ROLLOUT_ORDINAL].to_numpy()
         part = part.set_column(part.schema.get_field_index("advantage"), SHARD_SCHEMA.field("advantage"),
@@ -112,7 +117,9 @@ def _write_shard(job) -> str:
         part = part.set_column(part.schema.get_field_index("group_size"), SHARD_SCHEMA.field("group_size"),
                                pa.array(sizes[ordinals], type=pa.int32()))
         tables.append(part.drop_columns([ROLLOUT_ORDINAL]).cast(schema))
-    table = pa.concat_tables(tables).combine_chunks() if tables else schema.empty_table()
+    # Chunks stay as they are (one per part slice): the writer cuts row groups by row
+    # count, and copying every token once more into one chunk doubled the write time.
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
     path = Path(out) / name
     _write_parquet(path, table)
     return file_sha256(path)
@@ -120,7 +127,8 @@ def _write_shard(job) -> str:
 
 def _write_parquet(path: Path, table: pa.Table) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd", row_group_size=256)
+    pq.write_table(table, tmp, compression="zstd", row_group_size=256,
+                   use_dictionary=dictionary_columns(table.schema))
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -33,7 +33,7 @@ def add_build_arguments(p) -> None:
     p.add_argument("--last-call-only", action="store_true", help="Train only the last call of each segment.")
     p.add_argument("--drop-truncated", action="store_true",
                    help="Drop segments that contain a call cut by the length limit (finish_reason=length).")
-    p.add_argument("--rows-per-shard", type=int, default=1024, help="Segments per Parquet shard (default 1024).")
+    p.add_argument("--rows-per-shard", type=int, default=1024, help="At most this many segments per Parquet shard; shards are cut to equal sizes (default 1024).")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="Worker processes (default: all cores). Output is byte-identical for any value.")
     p.add_argument("--chunk-mb", type=float, default=None,

@@ -9,7 +9,6 @@ the files, so a rerun with ``overwrite`` removes exactly what an earlier export 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -78,16 +77,15 @@ def _decoder(manifest: dict, spec: str | None):
     against the hash in the manifest so text is never decoded with the wrong vocabulary."""
     from tokenizers import Tokenizer
 
-    from pipeline.tokenizer import DEFAULT_TOKENIZER, default_tokenizer_dir
+    from pipeline.tokenizer import DEFAULT_TOKENIZER, default_tokenizer_dir, tokenizer_file_sha256
 
     directory = default_tokenizer_dir() if spec == DEFAULT_TOKENIZER else Path(spec or manifest["tokenizer"]["name_or_path"])
     if not (directory / "tokenizer.json").is_file():
         raise ExportError(f"the build's tokenizer {directory} is gone; pass --tokenizer DIR (or --tokenizer "
                           f"{DEFAULT_TOKENIZER} for the built-in one)")
-    decoder = Tokenizer.from_file(str(directory / "tokenizer.json"))
-    if hashlib.sha256(decoder.to_str().encode()).hexdigest() != manifest["tokenizer"]["tokenizer_sha256"]:
+    if tokenizer_file_sha256(directory) != manifest["tokenizer"]["tokenizer_sha256"]:
         raise ExportError(f"tokenizer {directory} is not the one the build used (tokenizer_sha256 in manifest.json differs)")
-    return decoder
+    return Tokenizer.from_file(str(directory / "tokenizer.json"))
 
 
 def _prepare(out: Path, overwrite: bool) -> None:

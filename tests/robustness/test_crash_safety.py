@@ -38,7 +38,7 @@ def _resumable(out: Path) -> int:
     if (out / "manifest.json").exists():
         return 0
     return sum(1 for m in out.glob(".parts/part-*.json")
-               if m.with_suffix(".parquet").exists() and m.with_suffix(".quarantine.jsonl").exists())
+               if m.with_suffix(".arrow").exists() and m.with_suffix(".quarantine.jsonl").exists())
 
 
 def _fired(trigger: str, out: Path, k: int) -> bool:
@@ -73,7 +73,7 @@ def _assert_consistent(out: Path, reference: dict[str, bytes]) -> None:
         return  # finished; .parts may be half removed
     for marker in out.glob(".parts/part-*.json"):
         json.loads(marker.read_text())
-        assert marker.with_suffix(".parquet").exists() and marker.with_suffix(".quarantine.jsonl").exists()
+        assert marker.with_suffix(".arrow").exists() and marker.with_suffix(".quarantine.jsonl").exists()
 
 
 def _assert_no_survivors(group: int) -> None:
