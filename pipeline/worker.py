@@ -67,6 +67,20 @@ def segmenter_with(tokenizer: str | None, chat_template: str | None) -> Segmente
     return _SEGMENTERS[key]
 
 
+class _NoPandas:
+    """Import finder that makes ``import pandas`` fail in build workers.
+
+    pyarrow imports pandas (0.33 s per worker) on its first ``pa.array()`` call, only to
+    ask whether the argument is a pandas object, and treats an ImportError as "no
+    pandas". A build worker never holds a pandas object and no stage imports pandas.
+    """
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("pandas is not imported in seam build workers", name=name)
+        return None
+
+
 def die_with_parent(parent: int) -> None:
     """Initializer of every build worker process (tasks and shard writers).
 
@@ -79,6 +93,8 @@ def die_with_parent(parent: int) -> None:
     open file alive, so the rerun would find the directory in use forever.
     """
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _NoPandas())
     if sys.platform.startswith("linux"):
         import ctypes
 
