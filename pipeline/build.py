@@ -21,9 +21,10 @@ import fcntl
 import hashlib
 import json
 import os
+import threading
 import shutil
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 import dataclasses
 from dataclasses import dataclass, field
 from contextlib import contextmanager
@@ -206,12 +207,25 @@ def auto_chunk_bytes(files: list[Path]) -> int:
 
 
 def run_build(config: BuildConfig, command: str = "") -> BuildResult:
-    from pipeline.progress import task_progress
-
     if config.engine == "local":
         # Workers own the cores: every process of a local build encodes on one thread.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     files = resolve_inputs(config.inputs)
+    # Hashing reads every input byte; hashlib releases the GIL, so it runs on threads
+    # while this thread loads the tokenizer (which holds the GIL) and probes the template.
+    stop = threading.Event()  # set when the build fails first: exit without reading on
+    hashing = ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1)), thread_name_prefix="seam-hash")
+    digests = [hashing.submit(file_sha256, f, stop) for f in files]
+    hashing.shutdown(wait=False)
+    try:
+        return _run_build(config, command, files, digests)
+    finally:
+        stop.set()
+
+
+def _run_build(config: BuildConfig, command: str, files: list[Path], digests: list) -> BuildResult:
+    from pipeline.progress import task_progress
+
     if config.chunk_bytes is None:
         config = dataclasses.replace(config, chunk_bytes=auto_chunk_bytes(files))
     tok_info = _tokenizer_info(config)
@@ -222,7 +236,7 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
             load_rewards(Path(config.rewards))  # fail fast, before any work
         except RewardsError as exc:
             raise BuildError(str(exc)) from None
-    inputs = [{"path": str(f), "sha256": file_sha256(f), "bytes": f.stat().st_size} for f in files]
+    inputs = [{"path": str(f), "sha256": d.result(), "bytes": f.stat().st_size} for f, d in zip(files, digests)]
     fp_source = json.dumps({"config": config.fingerprint_config(), "tokenizer": tok_info,
                             "inputs": [i["sha256"] for i in inputs], "version": __version__}, sort_keys=True)
     fingerprint = hashlib.sha256(fp_source.encode()).hexdigest()
