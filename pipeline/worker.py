@@ -81,20 +81,32 @@ class _NoPandas:
         return None
 
 
-def die_with_parent(parent: int) -> None:
-    """Initializer of every build worker process (tasks and shard writers).
+def worker_process_setup() -> None:
+    """How a build worker process runs its tasks.
 
     A worker encodes on one core, on the tokenizer's sequential path: the workers own the
     cores, and if the parent had started a Rayon pool (in-process use, tests) a forked
-    copy of it has no threads behind it, so encoding through it would hang.
+    copy of it has no threads behind it, so encoding through it would hang. And it never
+    imports pandas (``_NoPandas``). The objects it inherited from the parent (tokenizer,
+    renderer, modules) are frozen out of the cyclic GC, which would otherwise rescan
+    them at every full collection (and touch their copy-on-write pages).
+    """
+    import gc
 
-    A worker must die with its build, even on SIGKILL: an orphan would go on writing into
+    gc.freeze()
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoPandas())
+
+
+def die_with_parent(parent: int) -> None:
+    """Initializer of every build worker process: ``worker_process_setup``, and
+
+    a worker must die with its build, even on SIGKILL: an orphan would go on writing into
     --out, and — forked while the build held ``OUT/.lock`` — it would keep that lock's
     open file alive, so the rerun would find the directory in use forever.
     """
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _NoPandas())
+    worker_process_setup()
     if sys.platform.startswith("linux"):
         import ctypes
 
