@@ -17,22 +17,23 @@ Output directory lifecycle:
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
 import os
-import threading
 import shutil
-from collections import Counter
+import threading
+from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-import dataclasses
-from dataclasses import dataclass, field
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
+from pipeline.canonical_io import RangeFeeder
 from pipeline.inputs import Task, plan_tasks, resolve_inputs, walked_files
 from pipeline.shard_schema import SHARD_SCHEMA_VERSION
 from pipeline.worker import WorkerConfig, die_with_parent, part_paths, run_task, segmenter_for
@@ -288,17 +289,37 @@ def _task_runner(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
         yield run_tasks_on_ray(tasks, wconf, config.ray_address, config.workers)
         return
     segmenter_for(wconf)
+    feeder = RangeFeeder()
     workers = min(config.workers, len(tasks))
-    if workers <= 1:
-        yield (run_task(t, wconf) for t in tasks)
-        return
-    method = "fork" if "fork" in get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method),
-                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(run_task, t, wconf) for t in tasks]
-        yield (f.result() for f in futures)
+    try:
+        if workers <= 1:
+            yield (run_task(t, wconf, feeder.data_for(t.path, t.start, t.end)) for t in tasks)
+            return
+        method = "fork" if "fork" in get_all_start_methods() else "spawn"
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method),
+                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+            yield _in_order(pool, tasks, wconf, feeder, window=4 * workers)
+    finally:
+        feeder.close()
 
 
+def _in_order(pool, tasks: list[Task], wconf: WorkerConfig, feeder: RangeFeeder, window: int):
+    """Results in task order, with at most ``window`` tasks submitted ahead: a fed task
+    carries its bytes, so submitting them all at once would hold the input in memory."""
+    pending: deque = deque()
+    upcoming = iter(tasks)
+
+    def submit_next() -> None:
+        task = next(upcoming, None)
+        if task is not None:
+            pending.append(pool.submit(run_task, task, wconf, feeder.data_for(task.path, task.start, task.end)))
+
+    for _ in range(window):
+        submit_next()
+    while pending:
+        result = pending.popleft().result()
+        submit_next()
+        yield result
 
 
 def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command) -> BuildResult:

@@ -112,13 +112,17 @@ class _ZstdStream(io.RawIOBase):
         super().close()
 
 
-def iter_jsonl_lines(path: Path, start: int = 0, end: int | None = None, first_line: int = 1) -> Iterator[RawRecord]:
+def iter_jsonl_lines(path: Path, start: int = 0, end: int | None = None, first_line: int = 1,
+                     data: bytes | None = None) -> Iterator[RawRecord]:
     """Lines of a JSONL file; with ``start``/``end`` only the lines that *begin* in that
-    byte range of an uncompressed file (so byte-range workers never split a line)."""
+    byte range of the (decompressed) file, so range tasks never split a line. ``data``:
+    the range's bytes, already read by the caller (the build feeds compressed ranges)."""
     name = str(path)
-    if start or end is not None:
-        with open(path, "rb") as fh:
-            fh.seek(start)
+    if start or end is not None or data is not None:
+        fh = io.BytesIO(data) if data is not None else open_text_stream(path)
+        with fh:
+            if data is None:
+                _skip_to(fh, path, start)
             pos, line_no = start, first_line
             while end is None or pos < end:
                 raw = fh.readline()
@@ -133,6 +137,56 @@ def iter_jsonl_lines(path: Path, start: int = 0, end: int | None = None, first_l
         for line_no, raw in enumerate(fh, start=1):
             if raw.strip():
                 yield RawRecord(name, line_no, raw)
+
+
+def _skip_to(fh, path: Path, offset: int) -> None:
+    """Position a stream from ``open_text_stream`` at ``offset`` of the decompressed data
+    (a compressed stream is read through: cost proportional to the offset)."""
+    if is_compressed(path):
+        while offset > 0:
+            block = fh.read(min(offset, 1 << 20))
+            if not block:
+                raise EOFError(f"{path}: ends before byte {offset} of its decompressed data")
+            offset -= len(block)
+    else:
+        fh.seek(offset)
+
+
+def is_compressed(path: Path) -> bool:
+    return Path(path).suffix in (".gz", ".zst")
+
+
+class RangeFeeder:
+    """The bytes of range tasks over compressed JSONL files, in task order, from one
+    decompressing pass per file: the build reads each range once and hands it to the
+    worker, so no worker decompresses the file from its start to reach its range."""
+
+    def __init__(self):
+        self._path: str | None = None
+        self._fh = None
+        self._pos = 0
+
+    def data_for(self, path: str, start: int, end: int | None) -> bytes | None:
+        """The range's bytes, or None when this range is not fed (the worker then reads
+        the file itself, and quarantines it if it cannot)."""
+        if not is_compressed(Path(path)) or (start == 0 and end is None):
+            return None
+        try:
+            if self._path != path or start < self._pos:
+                self.close()
+                self._fh, self._path, self._pos = open_text_stream(Path(path)), path, 0
+            _skip_to(self._fh, Path(path), start - self._pos)
+            data = self._fh.read() if end is None else self._fh.read(end - start)
+        except UNREADABLE:
+            self.close()
+            return None
+        self._pos = start + len(data)
+        return data
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+        self._fh, self._path, self._pos = None, None, 0
 
 
 def iter_parquet_records(path: Path, row_groups: list[int] | None = None) -> Iterator[RawRecord]:

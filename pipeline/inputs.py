@@ -1,9 +1,11 @@
 """Input resolution and work planning for builds.
 
 Inputs are files, directories (searched recursively, sorted) and globs. Each input file
-is split into *tasks*, the unit a worker process runs: an uncompressed JSONL file is
-cut into byte ranges at line boundaries (so two workers never share a line and
-quarantine entries keep exact line numbers); compressed files, Parquet files and raw
+is split into *tasks*, the unit a worker process runs: a canonical JSONL file is cut
+into byte ranges at line boundaries (so two workers never share a line and quarantine
+entries keep exact line numbers) — for a ``.jsonl.gz``/``.jsonl.zst`` file, ranges of
+the decompressed stream, found by one decompressing pass at planning time and fed to
+the workers by the build as it decompresses the file once more; Parquet files and raw
 formats read by a reader are one task each. Task order is the input order, which makes
 the output independent of how many workers run them.
 """
@@ -19,6 +21,7 @@ from pipeline.canonical_io import UNREADABLE, open_text_stream
 
 CANONICAL = "canonical"
 UNRECOGNISED = "unrecognised"
+SPLITTABLE = (".jsonl", ".jsonl.gz", ".jsonl.zst")  # canonical files cut into line ranges
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".parquet", ".traj", ".pt")
 
 
@@ -118,7 +121,7 @@ def plan_tasks(files: list[Path], fmt: str, chunk_bytes: int, walked: frozenset[
             if path not in walked:
                 raise
             file_format = UNRECOGNISED
-        if file_format == CANONICAL and path.suffix == ".jsonl":
+        if file_format == CANONICAL and path.name.endswith(SPLITTABLE):
             for start, end, first_line in _byte_ranges(path, chunk_bytes):
                 tasks.append(Task(len(tasks), str(path), file_format, start, end, first_line))
         else:
@@ -127,24 +130,34 @@ def plan_tasks(files: list[Path], fmt: str, chunk_bytes: int, walked: frozenset[
 
 
 def _byte_ranges(path: Path, chunk_bytes: int) -> list[tuple[int, int | None, int]]:
-    """(start, end, first line number) ranges that end just after a newline."""
-    size = path.stat().st_size
-    if size <= chunk_bytes:
+    """(start, end, first line number) ranges of the (decompressed) file, each ending
+    just after the first newline at or past ``start + chunk_bytes``; the last range has
+    ``end=None``. A compressed file that cannot be read to its end stays one task (the
+    worker then quarantines what it cannot read, as for any unreadable file)."""
+    if path.name.endswith(".jsonl") and path.stat().st_size <= chunk_bytes:
         return [(0, None, 1)]
-    ranges = []
-    with open(path, "rb") as fh:
-        start, line = 0, 1
-        while start < size:
-            fh.seek(min(start + chunk_bytes, size))
-            if fh.tell() < size:
-                fh.readline()
-            end = fh.tell()
-            ranges.append((start, end if end < size else None, line))
-            fh.seek(start)
-            remaining, block = end - start, 1 << 20
-            while remaining > 0:
-                data = fh.read(min(block, remaining))
-                line += data.count(b"\n")
-                remaining -= len(data)
-            start = end
+    ranges: list[tuple[int, int | None, int]] = []
+    start = pos = 0  # start of the open range; stream offset of the block's first byte
+    line = start_line = 1  # line number at block[offset]; of the open range's first line
+    try:
+        with open_text_stream(path) as fh:
+            while block := fh.read(1 << 20):
+                offset = 0
+                while (target := start + chunk_bytes - pos) < len(block):
+                    cut = block.find(b"\n", max(target, offset))
+                    if cut < 0:
+                        break
+                    line += block.count(b"\n", offset, cut + 1)
+                    offset = cut + 1
+                    ranges.append((start, pos + offset, start_line))
+                    start, start_line = pos + offset, line
+                line += block.count(b"\n", offset)
+                pos += len(block)
+    except UNREADABLE:
+        return [(0, None, 1)]
+    if start < pos or not ranges:
+        ranges.append((start, None, start_line))
+    else:  # the last cut fell on the end of the file
+        last_start, _, last_line = ranges.pop()
+        ranges.append((last_start, None, last_line))
     return ranges

@@ -120,14 +120,15 @@ def part_paths(out: str, index: int) -> tuple[Path, Path, Path]:
     return base.with_suffix(".arrow"), base.with_suffix(".quarantine.jsonl"), base.with_suffix(".json")
 
 
-def iter_task_records(task: Task) -> Iterator[tuple[int | None, Rollout | None, str | None, str | None]]:
+def iter_task_records(task: Task, data: bytes | None = None) -> Iterator[tuple[int | None, Rollout | None, str | None, str | None]]:
     """(line, rollout, rejection reason, raw text) for each record of the task;
-    ``(line, None, None, reason)`` for skipped non-call records."""
+    ``(line, None, None, reason)`` for skipped non-call records. ``data``: the task's
+    bytes when the build fed them (a range of a compressed file)."""
     path = Path(task.path)
     if task.format == CANONICAL:
         try:
             records = (iter_parquet_records(path) if path.suffix == ".parquet"
-                       else iter_jsonl_lines(path, task.start, task.end, task.first_line))
+                       else iter_jsonl_lines(path, task.start, task.end, task.first_line, data))
             for raw in records:
                 try:
                     yield raw.line, parse_rollout(raw.data), None, None
@@ -176,8 +177,9 @@ def rewards_for(path: str) -> dict:
     return _REWARDS[path]
 
 
-def run_task(task: Task, config: WorkerConfig) -> dict:
-    """Process one task and write its part files; returns the task's counts.
+def run_task(task: Task, config: WorkerConfig, data: bytes | None = None) -> dict:
+    """Process one task and write its part files; returns the task's counts. ``data``:
+    the task's bytes, when the build read them for it (``RangeFeeder``).
 
     The work runs on a helper thread, not the process's main thread: glibc gives every
     thread but the main one its own malloc arena, and the tokenizer's many short-lived
@@ -185,7 +187,7 @@ def run_task(task: Task, config: WorkerConfig) -> dict:
     with the interpreter (measured: the same pieces encode in 1.75 s on a helper thread,
     2.4 s on the main thread, 2.5 s on a helper thread with ``MALLOC_ARENA_MAX=1``).
     """
-    return _on_helper_thread(_run_task, task, config)
+    return _on_helper_thread(_run_task, task, config, data)
 
 
 def _on_helper_thread(fn, *args):
@@ -207,7 +209,7 @@ def _on_helper_thread(fn, *args):
     return box["result"]
 
 
-def _run_task(task: Task, config: WorkerConfig) -> dict:
+def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
     part_path, quarantine_path, marker = part_paths(config.out, task.index)
     segmenter = segmenter_for(config)
     rewards = rewards_for(config.rewards) if config.rewards else None
@@ -226,7 +228,7 @@ def _run_task(task: Task, config: WorkerConfig) -> dict:
         quarantine_lines.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
 
     ordinal = 0
-    for line, rollout, reason, raw in iter_task_records(task):
+    for line, rollout, reason, raw in iter_task_records(task, data):
         if rollout is None and reason is None:
             skipped[raw.removeprefix("skipped: ")] += 1
             continue

@@ -228,3 +228,37 @@ def test_read_equals_accepted_plus_quarantined_for_any_mix(tmp_path_factory, ite
     assert c["read"] == len(lines) == c["accepted"] + c["quarantined"]
     assert c["accepted"] >= len(items)
     assert len((out / "quarantine.jsonl").read_text().splitlines()) == c["quarantined"]
+
+
+def test_a_compressed_file_is_split_into_ranges_fed_in_order_with_exact_line_numbers(tmp_path, sample_rollouts):
+    import zstandard
+
+    from pipeline.canonical_io import RangeFeeder, iter_jsonl_lines
+    from pipeline.inputs import plan_tasks
+
+    plain = tmp_path / "mixed.jsonl"
+    write_rollouts(plain, sample_rollouts[:12], broken={9: b'{"rollout_id": "cut", "task_id"'})
+    data = plain.read_bytes()
+    sources = {".jsonl.gz": gzip.compress(data), ".jsonl.zst": zstandard.ZstdCompressor().compress(data)}
+    reference, _ = build(tmp_path, [plain], name="plain")
+    for suffix, blob in sources.items():
+        src = tmp_path / f"mixed{suffix}"
+        src.write_bytes(blob)
+        tasks = plan_tasks([src], "auto", 1 << 14)
+        assert len(tasks) > 3 and tasks[0].start == 0 and tasks[-1].end is None
+        assert all(a.end == b.start for a, b in zip(tasks, tasks[1:]))
+        feeder = RangeFeeder()
+        pieces = [feeder.data_for(str(src), t.start, t.end) for t in tasks]
+        feeder.close()
+        assert b"".join(pieces) == data and all(p.endswith(b"\n") for p in pieces)
+        assert [p.count(b"\n") for p in pieces] == [b.first_line - a.first_line for a, b in zip(tasks, tasks[1:])] + [
+            data.count(b"\n") + 1 - tasks[-1].first_line]
+        # A worker that is not fed its range reads the stream itself: same records.
+        whole = [(r.line, r.data) for r in iter_jsonl_lines(plain)]
+        assert [(r.line, r.data) for t in tasks for r in iter_jsonl_lines(src, t.start, t.end, t.first_line)] == whole
+        for workers in (1, 2):
+            out = tmp_path / f"out{suffix}{workers}"
+            run_build(BuildConfig(inputs=[str(src)], out=str(out), progress=False, workers=workers, chunk_bytes=1 << 14))
+            assert _rows(out) == _rows(reference)
+            entries = [json.loads(line) for line in (out / "quarantine.jsonl").read_text().splitlines()]
+            assert [(e["line"], e["file"]) for e in entries] == [(10, str(src))]
