@@ -61,6 +61,6 @@ fuzz: $(STAMP)
 	SEAM_FUZZ_EXAMPLES=300 SEAM_CRASH_KILLS=40 $(BIN)/pytest -q -s tests/robustness
 	SEAM_EXHAUSTIVE=1 $(BIN)/pytest -q tests/test_incremental_rendering.py
 
-## Benchmarks: ratios measured in one run, table on stdout, numbers in out/bench.json
+## Benchmarks (~15 min on 2 cores): ratios measured in one run, table on stdout, numbers in out/bench.json
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
