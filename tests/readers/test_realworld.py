@@ -10,7 +10,9 @@ from pipeline.readers.detect import detect_format
 from tests.readers.util import accounted, nonblank_lines, read
 
 ROOT = Path(os.environ["SEAM_REALWORLD_DIR"]) if os.environ.get("SEAM_REALWORLD_DIR") else None
-pytestmark = pytest.mark.skipif(ROOT is None, reason="SEAM_REALWORLD_DIR is not set")
+if ROOT is not None and not ROOT.is_dir():
+    ROOT = None
+pytestmark = pytest.mark.skipif(ROOT is None, reason="SEAM_REALWORLD_DIR is not set or is not a directory")
 FILES = sorted(p for p in ROOT.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".traj")) if ROOT else []
 
 
