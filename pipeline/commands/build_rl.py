@@ -37,7 +37,8 @@ def add_build_arguments(p) -> None:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="Worker processes (default: all cores). Output is byte-identical for any value.")
     p.add_argument("--chunk-mb", type=float, default=None,
-                   help="Uncompressed JSONL is split into byte ranges of about this size, one task each. Default: "
+                   help="Canonical JSONL (also .jsonl.gz/.jsonl.zst, by decompressed size) is split into line ranges "
+                        "of about this size, one task each. Default: "
                         "about 1/64 of the input, between 0.25 and 4 MB (a function of the input only, so the "
                         "output never depends on --workers).")
     p.add_argument("--engine", choices=["local", "ray"], default="local",
