@@ -196,6 +196,11 @@ def test_ids_that_look_like_paths_never_become_paths(tmp_path):
         records.append(line(r).replace(b'"m0"', json.dumps(hostile).encode()))  # the system message's id
     (src / "hostile.jsonl").write_bytes(b"\n".join(records) + b"\n")
     outside = snapshot(tmp_path)
+    # Paths a hostile id could reach from the working directory or the output; some may
+    # exist already on this machine, so the build must not have *created* any of them.
+    reachable = [base / rel for base in (Path.cwd(), tmp_path / "work" / "out") for rel in ("../../escaped", "../../b")]
+    reachable += [Path("/tmp/seam-absolute-escape"), Path.home() / "home-escape"]
+    existed = [p.exists() for p in reachable]
     result = run_build(BuildConfig([str(src)], str(tmp_path / "work" / "out"), workers=1, progress=False))
     assert result.counts["accepted"] == len(HOSTILE_IDS)
     written = snapshot(tmp_path / "work")
@@ -203,6 +208,4 @@ def test_ids_that_look_like_paths_never_become_paths(tmp_path):
     names = {name.removeprefix("out/") for name in written}
     assert names == {"manifest.json", "README.md", "quarantine.jsonl", *result.shards}
     assert snapshot(tmp_path) == {**outside, **{f"work/{n}": b for n, b in written.items()}}
-    for base in (Path.cwd(), tmp_path / "work" / "out"):
-        assert not (base / "../../escaped").exists() and not (base / "../../b").exists()
-    assert not Path("/tmp/seam-absolute-escape").exists() and not (Path.home() / "home-escape").exists()
+    assert [p.exists() for p in reachable] == existed
