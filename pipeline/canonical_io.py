@@ -250,8 +250,9 @@ def write_canonical_jsonl(rollouts: Iterable[Rollout], path: Path) -> int:
     return n
 
 
-def write_canonical_parquet(rollouts: Iterable[Rollout], path: Path, rows_per_group: int = 512) -> int:
-    """Write rollouts to a canonical Parquet file (temporary name, then rename)."""
+def write_canonical_parquet(rollouts: Iterable[Rollout], path: Path, rows_per_group: int = 64) -> int:
+    """Write rollouts to a canonical Parquet file (temporary name, then rename). Row
+    groups of 64 rollouts (~10 MB of JSON) are the units a build splits the file into."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     n = 0

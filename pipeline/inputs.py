@@ -5,8 +5,8 @@ is split into *tasks*, the unit a worker process runs: a canonical JSONL file is
 into byte ranges at line boundaries (so two workers never share a line and quarantine
 entries keep exact line numbers) — for a ``.jsonl.gz``/``.jsonl.zst`` file, ranges of
 the decompressed stream, found by one decompressing pass at planning time and fed to
-the workers by the build as it decompresses the file once more; Parquet files and raw
-formats read by a reader are one task each. Task order is the input order, which makes
+the workers by the build as it decompresses the file once more; a canonical Parquet
+file is cut into ranges of row groups; raw formats read by a reader are one task each. Task order is the input order, which makes
 the output independent of how many workers run them.
 """
 
@@ -124,9 +124,38 @@ def plan_tasks(files: list[Path], fmt: str, chunk_bytes: int, walked: frozenset[
         if file_format == CANONICAL and path.name.endswith(SPLITTABLE):
             for start, end, first_line in _byte_ranges(path, chunk_bytes):
                 tasks.append(Task(len(tasks), str(path), file_format, start, end, first_line))
+        elif file_format == CANONICAL and path.suffix == ".parquet":
+            for start, end, first_row in _row_group_ranges(path, chunk_bytes):
+                tasks.append(Task(len(tasks), str(path), file_format, start, end, first_row))
         else:
             tasks.append(Task(len(tasks), str(path), file_format))
     return tasks
+
+
+def _row_group_ranges(path: Path, chunk_bytes: int) -> list[tuple[int, int | None, int]]:
+    """(first row group, end row group, first row number) ranges of a canonical Parquet
+    file, each about ``chunk_bytes`` of uncompressed data; one ``(0, None, 1)`` range for a
+    small file or one whose footer cannot be read (the worker then quarantines it)."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(path).metadata
+    except UNREADABLE:
+        return [(0, None, 1)]
+    ranges: list[tuple[int, int | None, int]] = []
+    start, size, row = 0, 0, 1
+    first_row = 1
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        size += group.total_byte_size
+        row += group.num_rows
+        if size >= chunk_bytes and i + 1 < meta.num_row_groups:
+            ranges.append((start, i + 1, first_row))
+            start, size, first_row = i + 1, 0, row
+    if not ranges:
+        return [(0, None, 1)]
+    ranges.append((start, meta.num_row_groups, first_row))
+    return ranges
 
 
 def _byte_ranges(path: Path, chunk_bytes: int) -> list[tuple[int, int | None, int]]:

@@ -127,7 +127,8 @@ def iter_task_records(task: Task, data: bytes | None = None) -> Iterator[tuple[i
     path = Path(task.path)
     if task.format == CANONICAL:
         try:
-            records = (iter_parquet_records(path) if path.suffix == ".parquet"
+            groups = None if task.end is None else range(task.start, task.end)
+            records = (iter_parquet_records(path, groups) if path.suffix == ".parquet"
                        else iter_jsonl_lines(path, task.start, task.end, task.first_line, data))
             for raw in records:
                 try:

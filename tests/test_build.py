@@ -262,3 +262,21 @@ def test_a_compressed_file_is_split_into_ranges_fed_in_order_with_exact_line_num
             assert _rows(out) == _rows(reference)
             entries = [json.loads(line) for line in (out / "quarantine.jsonl").read_text().splitlines()]
             assert [(e["line"], e["file"]) for e in entries] == [(10, str(src))]
+
+
+def test_a_canonical_parquet_file_is_split_by_row_groups_with_exact_row_numbers(tmp_path, sample_rollouts):
+    from pipeline.inputs import plan_tasks
+
+    plain = tmp_path / "mixed.jsonl"
+    write_rollouts(plain, sample_rollouts[:12])
+    reference, _ = build(tmp_path, [plain], name="plain")
+    src = tmp_path / "r.parquet"
+    write_canonical_parquet(sample_rollouts[:12], src, rows_per_group=2)
+    tasks = plan_tasks([src], "auto", 1 << 14)
+    assert len(tasks) > 2 and tasks[0].start == 0 and tasks[-1].end == 6
+    assert all(a.end == b.start for a, b in zip(tasks, tasks[1:]))
+    assert [t.first_line for t in tasks] == [2 * t.start + 1 for t in tasks]
+    for workers in (1, 2):
+        out = tmp_path / f"pq{workers}"
+        result = run_build(BuildConfig(inputs=[str(src)], out=str(out), progress=False, workers=workers, chunk_bytes=1 << 14))
+        assert _rows(out) == _rows(reference) and result.counts["read"] == 12
