@@ -180,6 +180,7 @@ class ChatRenderer:
         fresh = {t: np.asarray(e.ids, dtype=np.int32) for t, e in zip(todo, encode(todo, add_special_tokens=False))}
         out = [fresh[t] if t in fresh else cache[t] for t in texts]
         for t, ids in fresh.items():
+            ids.flags.writeable = False  # shared by every later caller: never edited in place
             cache[t] = ids
             self._cached_tokens += len(ids)
         while self._cached_tokens > ENCODE_CACHE_TOKENS:
