@@ -53,6 +53,11 @@ def is_parquet(path: Path) -> bool:
 UNREADABLE = (OSError, EOFError, ValueError, zlib.error)
 
 
+def is_compressed(path: Path) -> bool:
+    """A file ``open_text_stream`` decompresses (by its suffix)."""
+    return Path(path).suffix in (".gz", ".zst")
+
+
 def open_text_stream(path: Path) -> IO[bytes]:
     """Open a file for binary line reading, decompressing ``.gz`` and ``.zst`` on the fly."""
     if path.suffix == ".gz":
@@ -150,10 +155,6 @@ def _skip_to(fh, path: Path, offset: int) -> None:
             offset -= len(block)
     else:
         fh.seek(offset)
-
-
-def is_compressed(path: Path) -> bool:
-    return Path(path).suffix in (".gz", ".zst")
 
 
 class RangeFeeder:

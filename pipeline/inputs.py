@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.canonical_io import UNREADABLE, open_text_stream
+from pipeline.canonical_io import UNREADABLE, is_compressed, open_text_stream
 
 CANONICAL = "canonical"
 UNRECOGNISED = "unrecognised"
@@ -31,6 +31,11 @@ class InputError(ValueError):
 
 @dataclass(frozen=True)
 class Task:
+    """One unit of work: a whole file (``start=0, end=None``) or a range of it. For
+    canonical JSONL, ``start``/``end`` are byte offsets of the (decompressed) data and
+    ``first_line`` the line number at ``start``; for canonical Parquet they are row
+    group indices and ``first_line`` the row number of the first row."""
+
     index: int
     path: str
     format: str
@@ -163,7 +168,7 @@ def _byte_ranges(path: Path, chunk_bytes: int) -> list[tuple[int, int | None, in
     just after the first newline at or past ``start + chunk_bytes``; the last range has
     ``end=None``. A compressed file that cannot be read to its end stays one task (the
     worker then quarantines what it cannot read, as for any unreadable file)."""
-    if path.name.endswith(".jsonl") and path.stat().st_size <= chunk_bytes:
+    if not is_compressed(path) and path.stat().st_size <= chunk_bytes:
         return [(0, None, 1)]
     ranges: list[tuple[int, int | None, int]] = []
     start = pos = 0  # start of the open range; stream offset of the block's first byte

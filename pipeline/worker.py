@@ -2,10 +2,10 @@
 
 A task writes, under ``OUT/.parts/``, ``part-NNNNNN.arrow`` (rows without the
 group-dependent columns, as a zstd-compressed Arrow IPC file: read back without
-decoding Parquet's list levels, about 4× faster), ``part-NNNNNN.quarantine.jsonl`` and, last, the completion
-marker ``part-NNNNNN.json`` with its counts. Each is written to a temporary name and
-renamed, so a killed build leaves either a complete part or none, and a rerun skips
-every part whose marker exists (resume).
+decoding Parquet's list levels, about 4× faster), ``part-NNNNNN.quarantine.jsonl``
+and, last, the completion marker ``part-NNNNNN.json`` with its counts. Each is written
+to a temporary name and renamed, so a killed build leaves either a complete part or
+none, and a rerun skips every part whose marker exists (resume).
 
 Every record ends in exactly one place: rows (accepted) or quarantine (with file, line,
 format and a reason), so ``read = accepted + quarantined`` holds per task.

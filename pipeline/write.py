@@ -1,11 +1,11 @@
 """Finalize a build: group advantages, shards, quarantine, manifest, dataset card.
 
-Part files hold every row except the group-dependent columns. Finalizing takes the
-tiny rollout table (one row per rollout: task, reward) that every task returned with its
-counts, computes GRPO advantages over rollouts (``pipeline/advantage.py``), then cuts the
-parts, in task order, into ``train-XXXXX-of-NNNNN.parquet`` shards of at most
-``rows_per_shard`` rows (equal sizes), written in parallel, each to a temporary name and renamed. Memory is one shard (and the parts it
-spans) per worker.
+Part files hold every row except the group-dependent columns. Finalizing takes the tiny
+rollout table (one row per rollout: task, reward) that every task returned with its
+counts, computes GRPO advantages over rollouts (``pipeline/advantage.py``), then cuts
+the parts, in task order, into ``train-XXXXX-of-NNNNN.parquet`` shards of at most
+``rows_per_shard`` rows (equal sizes), written in parallel, each to a temporary name
+and renamed. Memory is one shard (and the parts it spans) per writer thread.
 """
 
 from __future__ import annotations
