@@ -45,8 +45,12 @@ def build_models(preset: str, device: torch.device):
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--preset", choices=["tiny", "0.5b"], help="Default: 0.5b on cuda, tiny on cpu.")
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu"
+    )
+    parser.add_argument(
+        "--preset", choices=["tiny", "0.5b"], help="Default: 0.5b on cuda, tiny on cpu."
+    )
     parser.add_argument("--rollouts", type=int, default=8)
     parser.add_argument("--segments-per-rollout", type=int, default=2)
     parser.add_argument("--context", type=int, default=3072, help="Context tokens per segment.")
@@ -64,29 +68,43 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         write_synthetic_shard(tmp, shapes, VOCAB_SIZE, seed=0)
         segments = read_segments(tmp)
-    trainer = PPOTrainer(policy, critic, PPOConfig(bf16=device.type == "cuda", micro_batch_tokens=args.micro_batch_tokens),
-                         device)
+    trainer = PPOTrainer(
+        policy,
+        critic,
+        PPOConfig(bf16=device.type == "cuda", micro_batch_tokens=args.micro_batch_tokens),
+        device,
+    )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
 
-    print(f"PPO step bench: {preset} ({params / 1e6:.0f}M parameters), {device}, "
-          f"{len(segments)} segments x {args.context + args.generated} tokens, micro-batch {args.micro_batch_tokens} tokens")
+    print(
+        f"PPO step bench: {preset} ({params / 1e6:.0f}M parameters), {device}, "
+        f"{len(segments)} segments x {args.context + args.generated} tokens, micro-batch {args.micro_batch_tokens} tokens"
+    )
     peak = args.peak_tflops * 1e12
     steps = []
     for _ in range(args.steps):
         m = trainer.step(segments)
         steps.append(m)
-        print(f"step {m.step}: {m.seconds:7.2f} s  {m.tokens_per_s:10,.0f} tokens/s  "
-              f"{m.model_flops / m.seconds / 1e12:8.2f} TFLOP/s  MFU {m.mfu(peak):6.1%}  "
-              f"policy loss {m.policy_loss:+.4f}  value loss {m.value_loss:.4f}")
+        print(
+            f"step {m.step}: {m.seconds:7.2f} s  {m.tokens_per_s:10,.0f} tokens/s  "
+            f"{m.model_flops / m.seconds / 1e12:8.2f} TFLOP/s  MFU {m.mfu(peak):6.1%}  "
+            f"policy loss {m.policy_loss:+.4f}  value loss {m.value_loss:.4f}"
+        )
     timed = steps[1:] or steps
     seconds = sum(m.seconds for m in timed)
     summary = dict(
-        device=str(device), gpu=torch.cuda.get_device_name() if device.type == "cuda" else None, preset=preset,
-        parameters=params, tokens_per_step=timed[0].tokens, trainable_tokens_per_step=timed[0].trainable_tokens,
+        device=str(device),
+        gpu=torch.cuda.get_device_name() if device.type == "cuda" else None,
+        preset=preset,
+        parameters=params,
+        tokens_per_step=timed[0].tokens,
+        trainable_tokens_per_step=timed[0].trainable_tokens,
         tokens_per_s=sum(m.tokens for m in timed) / seconds,
         mfu=sum(m.model_flops for m in timed) / (seconds * peak),
-        peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
+        peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30
+        if device.type == "cuda"
+        else None,
     )
     print(json.dumps(summary))
     return summary

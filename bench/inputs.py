@@ -57,10 +57,20 @@ def append_only(rollouts: list[Rollout], calls: int, count: int) -> list[Rollout
                 if m.tool_call_id:
                     update["tool_call_id"] = f"{n}-{cursor}-{m.tool_call_id}"
                 if m.tool_calls:
-                    update["tool_calls"] = [c.model_copy(update={"id": f"{n}-{cursor}-{c.id}"}) for c in m.tool_calls]
+                    update["tool_calls"] = [
+                        c.model_copy(update={"id": f"{n}-{cursor}-{c.id}"}) for c in m.tool_calls
+                    ]
                 events.append(m.model_copy(update=update))
-        out.append(Rollout(rollout_id=f"append-{calls}-{n}", task_id=f"append-{n // 4}", source="bench",
-                           tools=rollouts[0].tools, events=events, reward=float(n % 2)))
+        out.append(
+            Rollout(
+                rollout_id=f"append-{calls}-{n}",
+                task_id=f"append-{n // 4}",
+                source="bench",
+                tools=rollouts[0].tools,
+                events=events,
+                reward=float(n % 2),
+            )
+        )
     return out
 
 
@@ -76,5 +86,8 @@ def token_logged(rollouts: list[Rollout], renderer: ChatRenderer) -> list[Rollou
 
 
 def replicated(rollouts: list[Rollout], copies: int) -> list[Rollout]:
-    return [r.model_copy(update={"rollout_id": f"{r.rollout_id}~{k}", "task_id": f"{r.task_id}~{k}"})
-            for k in range(copies) for r in rollouts]
+    return [
+        r.model_copy(update={"rollout_id": f"{r.rollout_id}~{k}", "task_id": f"{r.task_id}~{k}"})
+        for k in range(copies)
+        for r in rollouts
+    ]

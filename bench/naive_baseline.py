@@ -22,11 +22,13 @@ def naive_masks(rollout: Rollout, tokenizer) -> tuple[list[int], list[int]]:
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        prompt_text = tokenizer.apply_chat_template(messages[:i], tools=tools, add_generation_prompt=True, tokenize=False)
-        full_text = tokenizer.apply_chat_template(messages[:i + 1], tools=tools, tokenize=False)
+        prompt_text = tokenizer.apply_chat_template(
+            messages[:i], tools=tools, add_generation_prompt=True, tokenize=False
+        )
+        full_text = tokenizer.apply_chat_template(messages[: i + 1], tools=tools, tokenize=False)
         prompt = tokenizer.encode(prompt_text, add_special_tokens=False)
         full = tokenizer.encode(full_text, add_special_tokens=False)
-        turn = full[len(prompt):]
+        turn = full[len(prompt) :]
         end = turn.index(eos) + 1 if eos in turn else len(turn)
         mask = mask + [0] * (len(prompt) - len(mask)) + [1] * end
         ids = prompt + turn[:end]

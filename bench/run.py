@@ -43,12 +43,26 @@ def load_sample(path: Path, limit: int | None) -> list:
     return rollouts[:limit] if limit else rollouts
 
 
-def seam_build(inputs: list[Path], out: Path, workers: int, engine: str = "local") -> tuple[float, int, dict]:
+def seam_build(
+    inputs: list[Path], out: Path, workers: int, engine: str = "local"
+) -> tuple[float, int, dict]:
     """Run ``seam build-rl`` as a subprocess: wall seconds, peak RSS (MB) of the build's
     processes, and the manifest."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "pipeline.cli", "build-rl", *map(str, inputs), "--out", str(out),
-           "--workers", str(workers), "--no-progress", "--engine", engine]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.cli",
+        "build-rl",
+        *map(str, inputs),
+        "--out",
+        str(out),
+        "--workers",
+        str(workers),
+        "--no-progress",
+        "--engine",
+        engine,
+    ]
     # A fresh parent per build, so the peak RSS it reports is this build's alone.
     wrapper = [sys.executable, "-c", _MEASURE, *cmd]
     start = time.perf_counter()
@@ -93,15 +107,25 @@ def on_one_core(function: str, *paths: Path) -> list[float]:
 
     The bound encodes on Rayon's one worker thread, the build's stage on its own helper
     thread (``worker.run_task``): both off the main thread, whose malloc arena is slower."""
-    code = (f"import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; from bench.run import {function}; "
-            f"r = {function}(*map(Path, sys.argv[2:])); print(*(r if isinstance(r, tuple) else (r,)))")
+    code = (
+        f"import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; from bench.run import {function}; "
+        f"r = {function}(*map(Path, sys.argv[2:])); print(*(r if isinstance(r, tuple) else (r,)))"
+    )
     rayon = "true" if function == "tokenizer_bound" else "false"
     env = {**os.environ, "TOKENIZERS_PARALLELISM": rayon, "RAYON_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code, str(ROOT), *map(str, paths)], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT), *map(str, paths)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         raise SystemExit(f"{function} failed: {proc.stderr[-2000:]}")
-    return [float(x) for x in proc.stdout.split()[-2:]] if function == "tokenizer_bound" else [float(proc.stdout.split()[-1])]
+    return (
+        [float(x) for x in proc.stdout.split()[-2:]]
+        if function == "tokenizer_bound"
+        else [float(proc.stdout.split()[-1])]
+    )
 
 
 def stage_seconds(src: Path, out: Path) -> float:
@@ -134,18 +158,32 @@ def fastest(*runs):
 def bench_text_vs_bound(held_out: list, work: Path, workers: int) -> dict:
     src = work / "text.jsonl"
     write_canonical_jsonl(text_only(held_out), src)
-    (wall, _, manifest), (bound, tokens) = fastest(lambda: seam_build([src], work / "text-out", workers),
-                                                   lambda: tokenizer_bound(work / "text-out"))
+    (wall, _, manifest), (bound, tokens) = fastest(
+        lambda: seam_build([src], work / "text-out", workers),
+        lambda: tokenizer_bound(work / "text-out"),
+    )
     # One core each, on the first quarter (the same comparison at a quarter of the time).
     quarter = work / "text-quarter.jsonl"
     write_canonical_jsonl(text_only(held_out[: max(1, len(held_out) // 4)]), quarter)
     seam_build([quarter], work / "quarter-out", workers)
-    stage, bound_one_core = fastest(lambda: on_one_core("stage_seconds", quarter, work / "text-stage")[0],
-                                    lambda: tokenizer_bound(work / "quarter-out", threads=1)[0])
-    return {"rollouts": manifest["counts"]["accepted"], "tokens": tokens, "workers": workers, "repeats": REPEATS,
-            "build_wall_s": round(wall, 2), "bound_s": round(bound, 2), "ratio_end_to_end": round(bound / wall, 2),
-            "one_core_rollouts": max(1, len(held_out) // 4), "stage_one_core_s": round(stage, 2), "bound_one_core_s": round(bound_one_core, 2),
-            "ratio_one_core": round(bound_one_core / stage, 2), "goal": ">= 0.7"}
+    stage, bound_one_core = fastest(
+        lambda: on_one_core("stage_seconds", quarter, work / "text-stage")[0],
+        lambda: tokenizer_bound(work / "quarter-out", threads=1)[0],
+    )
+    return {
+        "rollouts": manifest["counts"]["accepted"],
+        "tokens": tokens,
+        "workers": workers,
+        "repeats": REPEATS,
+        "build_wall_s": round(wall, 2),
+        "bound_s": round(bound, 2),
+        "ratio_end_to_end": round(bound / wall, 2),
+        "one_core_rollouts": max(1, len(held_out) // 4),
+        "stage_one_core_s": round(stage, 2),
+        "bound_one_core_s": round(bound_one_core, 2),
+        "ratio_one_core": round(bound_one_core / stage, 2),
+        "goal": ">= 0.7",
+    }
 
 
 def bench_naive(sample, sizes: list[int], counts: dict[int, int]) -> dict:
@@ -172,8 +210,11 @@ def bench_naive(sample, sizes: list[int], counts: dict[int, int]) -> dict:
         for r in items:
             naive_masks(r, hf)
         naive_s = (time.perf_counter() - start) / len(items)
-        rows[calls] = {"seam_ms_per_rollout": round(seam_s * 1000, 1), "naive_ms_per_rollout": round(naive_s * 1000, 1),
-                       "speedup": round(naive_s / seam_s, 1)}
+        rows[calls] = {
+            "seam_ms_per_rollout": round(seam_s * 1000, 1),
+            "naive_ms_per_rollout": round(naive_s * 1000, 1),
+            "speedup": round(naive_s / seam_s, 1),
+        }
     return rows
 
 
@@ -190,11 +231,19 @@ def bench_tito(sample, work: Path) -> dict:
     seconds = on_one_core("stage_seconds", src, work / "tito-stage")[0]
     import pyarrow.feather as feather
 
-    written = feather.read_table(work / "tito-stage" / ".parts" / "part-000000.arrow", columns=["num_tokens"])
+    written = feather.read_table(
+        work / "tito-stage" / ".parts" / "part-000000.arrow", columns=["num_tokens"]
+    )
     written = int(sum(written["num_tokens"].to_pylist()))
-    return {"rollouts": len(logged), "logged_ids_read": read, "tokens_written": written, "seconds": round(seconds, 2),
-            "logged_ids_per_s_per_core": int(read / seconds), "tokens_written_per_s_per_core": int(written / seconds),
-            "goal": ">= 3M/s/core"}
+    return {
+        "rollouts": len(logged),
+        "logged_ids_read": read,
+        "tokens_written": written,
+        "seconds": round(seconds, 2),
+        "logged_ids_per_s_per_core": int(read / seconds),
+        "tokens_written_per_s_per_core": int(written / seconds),
+        "goal": ">= 3M/s/core",
+    }
 
 
 def bench_scaling(held_out: list, work: Path) -> dict:
@@ -203,22 +252,46 @@ def bench_scaling(held_out: list, work: Path) -> dict:
     one, eight = work / "x1.jsonl", work / "x8.jsonl"
     write_canonical_jsonl(held_out[: len(held_out) // 8], one)
     write_canonical_jsonl(held_out, eight)
-    (t1, rss1, _), (t8, rss8, _) = fastest(lambda: seam_build([one], work / "x1-out", 1),
-                                           lambda: seam_build([eight], work / "x8-out", 1))
-    (t8w1, _, _), (t8w2, _, _) = fastest(lambda: seam_build([eight], work / "x8w1-out", 1),
-                                         lambda: seam_build([eight], work / "x8w2-out", 2))
-    return {"rollouts_1x": len(held_out) // 8, "rollouts_8x": len(held_out), "repeats": REPEATS,
-            "time_1x_s": round(t1, 1), "time_8x_s": round(t8, 1), "time_ratio_8x": round(t8 / t1, 2),
-            "peak_rss_1x_mb": rss1, "peak_rss_8x_mb": rss8, "time_8x_1_worker_s": round(t8w1, 1),
-            "time_8x_2_workers_s": round(t8w2, 1), "speedup_2_workers": round(t8w1 / t8w2, 2),
-            "goals": "ratio <= 8.5, rss <= 1500 MB, speedup >= 1.8"}
+    (t1, rss1, _), (t8, rss8, _) = fastest(
+        lambda: seam_build([one], work / "x1-out", 1),
+        lambda: seam_build([eight], work / "x8-out", 1),
+    )
+    (t8w1, _, _), (t8w2, _, _) = fastest(
+        lambda: seam_build([eight], work / "x8w1-out", 1),
+        lambda: seam_build([eight], work / "x8w2-out", 2),
+    )
+    return {
+        "rollouts_1x": len(held_out) // 8,
+        "rollouts_8x": len(held_out),
+        "repeats": REPEATS,
+        "time_1x_s": round(t1, 1),
+        "time_8x_s": round(t8, 1),
+        "time_ratio_8x": round(t8 / t1, 2),
+        "peak_rss_1x_mb": rss1,
+        "peak_rss_8x_mb": rss8,
+        "time_8x_1_worker_s": round(t8w1, 1),
+        "time_8x_2_workers_s": round(t8w2, 1),
+        "speedup_2_workers": round(t8w1 / t8w2, 2),
+        "goals": "ratio <= 8.5, rss <= 1500 MB, speedup >= 1.8",
+    }
 
 
 def simulate_held_out(n: int, work: Path) -> list:
     """``n`` fresh rollouts from the simulator, seeded apart from the embedded sample."""
     path = work / "held-out.jsonl"
-    cmd = [sys.executable, "-m", "pipeline.cli", "simulate", "--n", str(n), "--seed", "bench-held-out",
-           "--out", str(path), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.cli",
+        "simulate",
+        "--n",
+        str(n),
+        "--seed",
+        "bench-held-out",
+        "--out",
+        str(path),
+        "--no-progress",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True)
     if proc.returncode:
         raise SystemExit(f"simulate failed: {proc.stderr.decode()[-2000:]}")
@@ -234,10 +307,16 @@ def bench_ray(sample, work: Path) -> dict:
     write_canonical_jsonl(sample, src)
     local, _, _ = seam_build([src], work / "ray-local", 2)
     remote, _, _ = seam_build([src], work / "ray-ray", 2, engine="ray")
-    same = all((work / "ray-local" / s).read_bytes() == (work / "ray-ray" / s).read_bytes()
-               for s in json.loads((work / "ray-local" / "manifest.json").read_text())["shards"])
-    return {"local_s": round(local, 1), "ray_s": round(remote, 1), "overhead_s": round(remote - local, 1),
-            "identical_output": same}
+    same = all(
+        (work / "ray-local" / s).read_bytes() == (work / "ray-ray" / s).read_bytes()
+        for s in json.loads((work / "ray-local" / "manifest.json").read_text())["shards"]
+    )
+    return {
+        "local_s": round(local, 1),
+        "ray_s": round(remote, 1),
+        "overhead_s": round(remote - local, 1),
+        "identical_output": same,
+    }
 
 
 def print_table(results: dict) -> None:
@@ -249,33 +328,61 @@ def print_table(results: dict) -> None:
     table.add_column("result", justify="right")
     table.add_column("goal")
     t = results["text_vs_tokenizer_bound"]
-    table.add_row(f"tokenizer bound / build-rl from text, end to end ({t['workers']} workers)",
-                  f"{t['ratio_end_to_end']} ({t['bound_s']} vs {t['build_wall_s']} s)", t["goal"])
-    table.add_row("tokenizer bound / build stage, one core", f"{t['ratio_one_core']} ({t['bound_one_core_s']} vs "
-                  f"{t['stage_one_core_s']} s)", t["goal"])
+    table.add_row(
+        f"tokenizer bound / build-rl from text, end to end ({t['workers']} workers)",
+        f"{t['ratio_end_to_end']} ({t['bound_s']} vs {t['build_wall_s']} s)",
+        t["goal"],
+    )
+    table.add_row(
+        "tokenizer bound / build stage, one core",
+        f"{t['ratio_one_core']} ({t['bound_one_core_s']} vs {t['stage_one_core_s']} s)",
+        t["goal"],
+    )
     for calls, row in results["naive_baseline"].items():
-        table.add_row(f"speedup vs per-prefix baseline, {calls} calls",
-                      f"{row['speedup']}× ({row['seam_ms_per_rollout']} vs {row['naive_ms_per_rollout']} ms)",
-                      ">= 20× at 100 calls")
+        table.add_row(
+            f"speedup vs per-prefix baseline, {calls} calls",
+            f"{row['speedup']}× ({row['seam_ms_per_rollout']} vs {row['naive_ms_per_rollout']} ms)",
+            ">= 20× at 100 calls",
+        )
     t = results["token_in_token_out"]
-    table.add_row("token-in/token-out, logged ids read /s/core", f"{t['logged_ids_per_s_per_core']:,}", t["goal"])
-    table.add_row("token-in/token-out, tokens written /s/core", f"{t['tokens_written_per_s_per_core']:,}", "")
+    table.add_row(
+        "token-in/token-out, logged ids read /s/core",
+        f"{t['logged_ids_per_s_per_core']:,}",
+        t["goal"],
+    )
+    table.add_row(
+        "token-in/token-out, tokens written /s/core", f"{t['tokens_written_per_s_per_core']:,}", ""
+    )
     s = results["scaling"]
     table.add_row("8× input / 1× input time", f"{s['time_ratio_8x']}", "<= 8.5")
-    table.add_row("peak RSS 1× / 8×", f"{s['peak_rss_1x_mb']} / {s['peak_rss_8x_mb']} MB", "flat, <= 1500 MB")
+    table.add_row(
+        "peak RSS 1× / 8×", f"{s['peak_rss_1x_mb']} / {s['peak_rss_8x_mb']} MB", "flat, <= 1500 MB"
+    )
     table.add_row("2 workers speedup", f"{s['speedup_2_workers']}×", ">= 1.8×")
     r = results["ray"]
-    table.add_row("ray engine overhead", "skipped" if "skipped" in r else f"{r['overhead_s']} s (identical: {r['identical_output']})", "reported")
+    table.add_row(
+        "ray engine overhead",
+        "skipped"
+        if "skipped" in r
+        else f"{r['overhead_s']} s (identical: {r['identical_output']})",
+        "reported",
+    )
     Console().print(table)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sample", default=str(ROOT / "data" / "sample" / "rollouts.jsonl.zst"))
-    parser.add_argument("--quick", action="store_true", help="Small inputs (a smoke run, numbers not meaningful).")
+    parser.add_argument(
+        "--quick", action="store_true", help="Small inputs (a smoke run, numbers not meaningful)."
+    )
     parser.add_argument("--out", default=str(ROOT / "out" / "bench.json"))
-    parser.add_argument("--held-out", type=int, default=1024, help="Rollouts simulated for the build benchmarks.")
-    parser.add_argument("--repeats", type=int, default=3, help="Runs of each side of a ratio (the fastest counts).")
+    parser.add_argument(
+        "--held-out", type=int, default=1024, help="Rollouts simulated for the build benchmarks."
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="Runs of each side of a ratio (the fastest counts)."
+    )
     args = parser.parse_args()
     global REPEATS
     REPEATS = 1 if args.quick else args.repeats

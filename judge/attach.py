@@ -50,7 +50,9 @@ def executed_output_text(call: MessageEvent) -> str:
     parts = [call.content]
     for i, tc in enumerate(call.tool_calls):
         sep = "\n" if call.content or i else ""
-        parts.append(f'{sep}<tool_call>\n{{"name": "{tc.name}", "arguments": {tc.arguments}}}\n</tool_call>')
+        parts.append(
+            f'{sep}<tool_call>\n{{"name": "{tc.name}", "arguments": {tc.arguments}}}\n</tool_call>'
+        )
     return "".join(parts)
 
 
@@ -63,15 +65,24 @@ class Rejection:
     origin: str  # "embedded" or "FILE:LINE"
 
     def quarantine_entry(self) -> dict:
-        return {"record": "correction", "origin": self.origin, "reason": self.reason, "raw": self.correction}
+        return {
+            "record": "correction",
+            "origin": self.origin,
+            "reason": self.reason,
+            "raw": self.correction,
+        }
 
 
-def attach(rollout: Rollout, extra: list[tuple[Correction, str]] = ()) -> tuple[Rollout, list[Rejection]]:
+def attach(
+    rollout: Rollout, extra: list[tuple[Correction, str]] = ()
+) -> tuple[Rollout, list[Rejection]]:
     """The rollout with every fitting correction (embedded ones first, then ``extra`` —
     (correction, origin) pairs from a corrections file) and the rejected ones."""
     views = replay(rollout)
     compacting = _compaction_calls(rollout, views)
-    first_after = {v.index for c in compactions(rollout, views) for v in c.after[:POST_COMPACTION_CALLS]}
+    first_after = {
+        v.index for c in compactions(rollout, views) for v in c.after[:POST_COMPACTION_CALLS]
+    }
     accepted: list[Correction] = []
     rejected: list[Rejection] = []
     seen: set[tuple[int, str]] = set()
@@ -87,8 +98,13 @@ def attach(rollout: Rollout, extra: list[tuple[Correction, str]] = ()) -> tuple[
     return rollout.model_copy(update={"corrections": accepted}), rejected
 
 
-def misfit(rollout: Rollout, views: list[CallView], compacting: set[int], first_after: set[int],
-           correction: Correction) -> str | None:
+def misfit(
+    rollout: Rollout,
+    views: list[CallView],
+    compacting: set[int],
+    first_after: set[int],
+    correction: Correction,
+) -> str | None:
     """Why ``correction`` cannot be attached to ``rollout``, or None when it fits."""
     k = correction.call_index
     if correction.rollout_id != rollout.rollout_id:
@@ -97,18 +113,25 @@ def misfit(rollout: Rollout, views: list[CallView], compacting: set[int], first_
         return f"call {k} does not exist: the rollout has {len(views)} calls"
     executed = executed_output_text(views[k].message)
     if correction.replacement != executed:
-        at = next((i for i, (a, b) in enumerate(zip(correction.replacement, executed)) if a != b),
-                  min(len(correction.replacement), len(executed)))
+        at = next(
+            (i for i, (a, b) in enumerate(zip(correction.replacement, executed)) if a != b),
+            min(len(correction.replacement), len(executed)),
+        )
         return f"replacement does not equal the executed output of call {k} (first difference at character {at})"
     if correction.original == correction.replacement:
         return f"original equals replacement at call {k}: nothing was corrected"
     kind = views[k].message.call_kind
     if correction.type == "state" and kind != "summary":
         return f"type 'state' needs a summary call; call {k} is an {kind} call"
-    if correction.type == "trigger" and not (k in compacting or _COMPACT_CALL_RE.search(correction.original)
-                                             or any(j in compacting for j in range(k + 1, k + 1 + TRIGGER_WINDOW))):
-        return (f"type 'trigger' needs a call at a compaction decision; call {k} does not compact, its original "
-                f"proposal does not compact, and no compaction follows within {TRIGGER_WINDOW} calls")
+    if correction.type == "trigger" and not (
+        k in compacting
+        or _COMPACT_CALL_RE.search(correction.original)
+        or any(j in compacting for j in range(k + 1, k + 1 + TRIGGER_WINDOW))
+    ):
+        return (
+            f"type 'trigger' needs a call at a compaction decision; call {k} does not compact, its original "
+            f"proposal does not compact, and no compaction follows within {TRIGGER_WINDOW} calls"
+        )
     if correction.type == "continuation" and k not in first_after:
         return f"type 'continuation' needs one of the first {POST_COMPACTION_CALLS} calls after a compaction; call {k} is not"
     return None
@@ -117,9 +140,17 @@ def misfit(rollout: Rollout, views: list[CallView], compacting: set[int], first_
 def _compaction_calls(rollout: Rollout, views: list[CallView]) -> set[int]:
     """Calls that compact: summary calls, calls of a ``compact``-style tool, and the last
     call before a compaction rewrite."""
-    found = {v.index for v in views if v.message.call_kind == "summary"
-             or any(classify(tc).kind == "compact" for tc in v.message.tool_calls)}
-    found |= {v.index - 1 for v in views if v.index and v.rewrite is not None and v.rewrite.reason == "compaction"}
+    found = {
+        v.index
+        for v in views
+        if v.message.call_kind == "summary"
+        or any(classify(tc).kind == "compact" for tc in v.message.tool_calls)
+    }
+    found |= {
+        v.index - 1
+        for v in views
+        if v.index and v.rewrite is not None and v.rewrite.reason == "compaction"
+    }
     return found
 
 
@@ -144,13 +175,22 @@ class CorrectionsFile:
                     obj = orjson.loads(raw)
                     correction = Correction.model_validate(obj)
                 except orjson.JSONDecodeError as exc:
-                    self.invalid.append(Rejection(f"invalid JSON: {exc}", {"text": raw.decode("utf-8", "replace")}, origin))
+                    self.invalid.append(
+                        Rejection(
+                            f"invalid JSON: {exc}", {"text": raw.decode("utf-8", "replace")}, origin
+                        )
+                    )
                     continue
                 except ValidationError as exc:
                     first = exc.errors()[0]
                     where = ".".join(str(p) for p in first["loc"]) or "record"
-                    self.invalid.append(Rejection(f"not a correction record: {where}: {first['msg']}",
-                                                  obj if isinstance(obj, dict) else {"value": obj}, origin))
+                    self.invalid.append(
+                        Rejection(
+                            f"not a correction record: {where}: {first['msg']}",
+                            obj if isinstance(obj, dict) else {"value": obj},
+                            origin,
+                        )
+                    )
                     continue
                 self.by_rollout.setdefault(correction.rollout_id, []).append((correction, origin))
 
@@ -159,8 +199,12 @@ class CorrectionsFile:
 
     def unclaimed(self, claimed_rollout_ids: set[str]) -> list[Rejection]:
         return [
-            Rejection(f"names rollout {rid!r}, which is not among the accepted input rollouts",
-                      c.model_dump(mode="json"), origin)
-            for rid, items in self.by_rollout.items() if rid not in claimed_rollout_ids
+            Rejection(
+                f"names rollout {rid!r}, which is not among the accepted input rollouts",
+                c.model_dump(mode="json"),
+                origin,
+            )
+            for rid, items in self.by_rollout.items()
+            if rid not in claimed_rollout_ids
             for c, origin in items
         ]

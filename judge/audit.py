@@ -23,18 +23,20 @@ from judge.workspace import workspace_state
 from pipeline.segment import replay
 from schemas.rollout import Rollout
 
-SUMMARY_AUDIT = pa.struct([
-    ("call_index", pa.int32()),        # the summary call (null: a summary a rewrite inserted)
-    ("message_id", pa.string()),
-    ("words", pa.int32()),
-    ("chars", pa.int32()),
-    ("key_items", pa.int32()),         # key-state items in the history it summarizes
-    ("omitted", pa.list_(pa.struct([("kind", pa.string()), ("value", pa.string())]))),
-    ("has_next_step", pa.bool_()),     # a concrete next step is present
-    ("contradictions", pa.list_(pa.string())),
-    ("wrong_state", pa.list_(pa.string())),
-    ("invented_paths", pa.list_(pa.string())),
-])
+SUMMARY_AUDIT = pa.struct(
+    [
+        ("call_index", pa.int32()),  # the summary call (null: a summary a rewrite inserted)
+        ("message_id", pa.string()),
+        ("words", pa.int32()),
+        ("chars", pa.int32()),
+        ("key_items", pa.int32()),  # key-state items in the history it summarizes
+        ("omitted", pa.list_(pa.struct([("kind", pa.string()), ("value", pa.string())]))),
+        ("has_next_step", pa.bool_()),  # a concrete next step is present
+        ("contradictions", pa.list_(pa.string())),
+        ("wrong_state", pa.list_(pa.string())),
+        ("invented_paths", pa.list_(pa.string())),
+    ]
+)
 
 
 @dataclass
@@ -61,13 +63,24 @@ def audit_rollout(rollout: Rollout) -> list[SummaryAudit]:
     """One audit per summary of the rollout, in order."""
     audits = []
     for comp in compactions(rollout, replay(rollout)):
-        check = check_summary(comp.summary, workspace_state(comp.history), workspace_state(comp.prior))
-        audits.append(SummaryAudit(
-            rollout_id=rollout.rollout_id,
-            call_index=comp.summary_call.index if comp.summary_call else None,
-            message_id=comp.message_id, words=check.words, chars=check.chars, key_items=check.key_items,
-            omitted=[o.model_dump() for o in check.omitted], has_next_step=check.has_next_step,
-            contradictions=check.contradictions, wrong_state=check.wrong_state, invented_paths=check.invented_paths))
+        check = check_summary(
+            comp.summary, workspace_state(comp.history), workspace_state(comp.prior)
+        )
+        audits.append(
+            SummaryAudit(
+                rollout_id=rollout.rollout_id,
+                call_index=comp.summary_call.index if comp.summary_call else None,
+                message_id=comp.message_id,
+                words=check.words,
+                chars=check.chars,
+                key_items=check.key_items,
+                omitted=[o.model_dump() for o in check.omitted],
+                has_next_step=check.has_next_step,
+                contradictions=check.contradictions,
+                wrong_state=check.wrong_state,
+                invented_paths=check.invented_paths,
+            )
+        )
     return audits
 
 
@@ -92,7 +105,9 @@ def aggregate(audits: list[dict]) -> dict:
         "contradiction_rate": rate(lambda a: a["contradictions"]),
         "wrong_state_rate": rate(lambda a: a["wrong_state"]),
         "invented_path_rate": rate(lambda a: a["invented_paths"]),
-        "omitted_by_kind": dict(sorted(Counter(o["kind"] for a in audits for o in a["omitted"]).items())),
+        "omitted_by_kind": dict(
+            sorted(Counter(o["kind"] for a in audits for o in a["omitted"]).items())
+        ),
         "words_mean": round(statistics.fmean(words), 1),
         "words_median": statistics.median(words),
         "chars_mean": round(statistics.fmean(a["chars"] for a in audits), 1),

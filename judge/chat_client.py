@@ -26,9 +26,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 class ChatError(Exception):
@@ -56,7 +57,7 @@ class ClientConfig:
     max_tokens: int = 1024
     json_mode: bool = True
     cache_dir: str | None = None
-    price_in_per_mtok: float = 0.0   # currency units per 1M prompt tokens
+    price_in_per_mtok: float = 0.0  # currency units per 1M prompt tokens
     price_out_per_mtok: float = 0.0  # currency units per 1M completion tokens
 
 
@@ -76,10 +77,20 @@ class Usage:
                 setattr(self, name, getattr(self, name) + value)
 
     def cost(self, config: ClientConfig) -> float:
-        return (self.prompt_tokens * config.price_in_per_mtok + self.completion_tokens * config.price_out_per_mtok) / 1e6
+        return (
+            self.prompt_tokens * config.price_in_per_mtok
+            + self.completion_tokens * config.price_out_per_mtok
+        ) / 1e6
 
     def as_dict(self, config: ClientConfig) -> dict[str, Any]:
-        keys = ("requests", "cache_hits", "retries", "failures", "prompt_tokens", "completion_tokens")
+        keys = (
+            "requests",
+            "cache_hits",
+            "retries",
+            "failures",
+            "prompt_tokens",
+            "completion_tokens",
+        )
         return {**{k: getattr(self, k) for k in keys}, "cost": round(self.cost(config), 6)}
 
 
@@ -106,15 +117,21 @@ class ChatClient:
         self._cache = Path(config.cache_dir) if config.cache_dir else None
 
     def request_body(self, messages: list[dict]) -> dict:
-        body: dict[str, Any] = {"model": self.config.model, "messages": messages,
-                                "temperature": self.config.temperature, "max_tokens": self.config.max_tokens}
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": messages,
+            "temperature": self.config.temperature,
+            "max_tokens": self.config.max_tokens,
+        }
         if self.config.json_mode:
             body["response_format"] = {"type": "json_object"}
         return body
 
     @staticmethod
     def cache_key(body: dict) -> str:
-        return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        return hashlib.sha256(
+            json.dumps(body, sort_keys=True, ensure_ascii=False).encode()
+        ).hexdigest()
 
     def complete(self, messages: list[dict], validate: Callable[[str], Any]) -> tuple[Any, str]:
         """(validated answer, cache key) for ``messages``. ``validate`` turns the answer's
@@ -147,7 +164,11 @@ class ChatClient:
                 if attempt == self.config.max_retries:
                     raise ChatError(f"{exc} (gave up after {attempt + 1} attempts)") from None
                 self.usage.add(retries=1)
-                delay = exc.retry_after if exc.retry_after is not None else self.config.backoff_s * 2 ** attempt
+                delay = (
+                    exc.retry_after
+                    if exc.retry_after is not None
+                    else self.config.backoff_s * 2**attempt
+                )
                 time.sleep(min(self.config.backoff_cap_s, max(0.0, delay)))
         raise AssertionError("unreachable: the loop returns or raises")
 
@@ -165,13 +186,17 @@ class ChatClient:
             # read past the 300 shown bytes so a key echoed across the cut is whole when redacted
             detail = self._redact(_error_detail(exc, 300 + len(self._api_key or "")))[:300]
             if exc.code == 429 or exc.code >= 500:
-                raise _Retryable(f"HTTP {exc.code} from {self.url}: {detail}", _retry_after(exc.headers)) from None
+                raise _Retryable(
+                    f"HTTP {exc.code} from {self.url}: {detail}", _retry_after(exc.headers)
+                ) from None
             raise ChatError(f"HTTP {exc.code} from {self.url}: {detail}") from None
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise _Retryable(f"timeout after {self.config.timeout_s:g}s from {self.url}") from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, (TimeoutError, socket.timeout)):
-                raise _Retryable(f"timeout after {self.config.timeout_s:g}s from {self.url}") from None
+                raise _Retryable(
+                    f"timeout after {self.config.timeout_s:g}s from {self.url}"
+                ) from None
             raise _Retryable(self._redact(f"cannot reach {self.url}: {exc.reason}")) from None
         except (ConnectionError, http.client.HTTPException) as exc:
             raise _Retryable(f"connection to {self.url} failed: {type(exc).__name__}") from None
@@ -198,14 +223,20 @@ class ChatClient:
             content = payload["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
             # redact before cutting to 200 characters, so no half key is shown
-            shown = self._redact(raw[:800 + len(self._api_key or "")].decode("utf-8", "replace"))[:200]
+            shown = self._redact(raw[: 800 + len(self._api_key or "")].decode("utf-8", "replace"))[
+                :200
+            ]
             raise ChatError(f"malformed response from {self.url}: {shown!r}") from None
         if not isinstance(content, str):
-            raise ChatError(f"malformed response from {self.url}: message content is {type(content).__name__}")
+            raise ChatError(
+                f"malformed response from {self.url}: message content is {type(content).__name__}"
+            )
         usage = payload.get("usage")
         usage = usage if isinstance(usage, dict) else {}
-        self.usage.add(prompt_tokens=_count(usage.get("prompt_tokens")),
-                       completion_tokens=_count(usage.get("completion_tokens")))
+        self.usage.add(
+            prompt_tokens=_count(usage.get("prompt_tokens")),
+            completion_tokens=_count(usage.get("completion_tokens")),
+        )
         return self._redact(content)  # the answer is cached and quoted in findings
 
     # -- cache ------------------------------------------------------------------------

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.cli import UsageError
 from schemas.rollout import Rollout
@@ -24,7 +24,7 @@ def iter_input_rollouts(specs: list[str], fmt: str, rejected: Counter) -> Iterat
     except InputError as exc:
         raise UsageError(str(exc)) from None
     for task in tasks:
-        for line, rollout, reason, _ in iter_task_records(task):
+        for _line, rollout, reason, _ in iter_task_records(task):
             if rollout is not None:
                 yield rollout
             elif reason is not None:
@@ -53,13 +53,18 @@ def run_judge(args) -> int:
         for f in findings:
             out.write(f.model_dump_json() + "\n")
     by_kind = Counter(f"{f.type}/{f.verdict}" for f in findings)
-    console.print(f"{len(findings)} finding(s): " + (", ".join(f"{k} {n}" for k, n in sorted(by_kind.items())) or "none"))
+    console.print(
+        f"{len(findings)} finding(s): "
+        + (", ".join(f"{k} {n}" for k, n in sorted(by_kind.items())) or "none")
+    )
     for reason, n in sorted(rejected.items()):
         console.print(f"[yellow]skipped {n} invalid record(s)[/]: {reason}")
     if usage is not None:
         console.print("llm usage: " + json.dumps(usage))
     if failures:
-        errors = args.errors or (args.out + ".errors.jsonl" if args.out != "-" else "judge-errors.jsonl")
+        errors = args.errors or (
+            args.out + ".errors.jsonl" if args.out != "-" else "judge-errors.jsonl"
+        )
         Path(errors).write_text("".join(json.dumps(asdict(f)) + "\n" for f in failures))
         console.print(f"[red]{len(failures)} step(s) could not be judged[/]: see {errors}")
     return 1 if failures and not findings else 0
@@ -74,18 +79,32 @@ def _llm_findings(args, rollouts):
 
     if not args.model:
         raise UsageError("--llm needs --model (the model name the endpoint serves)")
-    client = ChatClient(ClientConfig(
-        url=args.llm, model=args.model, api_key_env=args.api_key_env, timeout_s=args.timeout, max_retries=args.retries,
-        json_mode=not args.no_json_mode, cache_dir=None if args.no_cache else (args.cache_dir or str(cache_dir() / "judge")),
-        max_tokens=args.max_tokens, price_in_per_mtok=args.price_in, price_out_per_mtok=args.price_out))
+    client = ChatClient(
+        ClientConfig(
+            url=args.llm,
+            model=args.model,
+            api_key_env=args.api_key_env,
+            timeout_s=args.timeout,
+            max_retries=args.retries,
+            json_mode=not args.no_json_mode,
+            cache_dir=None if args.no_cache else (args.cache_dir or str(cache_dir() / "judge")),
+            max_tokens=args.max_tokens,
+            price_in_per_mtok=args.price_in,
+            price_out_per_mtok=args.price_out,
+        )
+    )
     Console(stderr=True).print(f"LLM judge {args.model} at {client.url} (prompt {PROMPT_VERSION})")
     findings, failures = [], []
     batch: list[Rollout] = []
     for rollout in [*rollouts, None]:
         if rollout is not None:
             batch.append(rollout)
-        if batch and (rollout is None or len(batch) == args.batch):  # bounded memory: judge in batches
-            found, failed = judge_rollouts(batch, client, args.concurrency, args.every_call, args.max_context_chars)
+        if batch and (
+            rollout is None or len(batch) == args.batch
+        ):  # bounded memory: judge in batches
+            found, failed = judge_rollouts(
+                batch, client, args.concurrency, args.every_call, args.max_context_chars
+            )
             findings += found
             failures += failed
             batch = []
@@ -104,7 +123,9 @@ def run_audit(args) -> int:
         rejected: Counter = Counter()
         records = []
         for rollout in iter_input_rollouts(args.inputs, args.format, rejected):
-            records += [{"rollout_id": a.rollout_id, **a.as_struct()} for a in audit_rollout(rollout)]
+            records += [
+                {"rollout_id": a.rollout_id, **a.as_struct()} for a in audit_rollout(rollout)
+            ]
     if args.out:
         with _open_out(args.out) as out:
             for record in records:
@@ -123,62 +144,125 @@ def _audits_from_shards(build_dir: Path) -> list[dict]:
     manifest = json.loads((build_dir / "manifest.json").read_text())
     files = [str(build_dir / s) for s in manifest["shards"]]
     con = duckdb.connect()
-    names = {r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [files]).fetchall()}
+    names = {
+        r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [files]).fetchall()
+    }
     if "summary_audit" not in names:
-        raise UsageError(f"{build_dir} has no summary_audit column (an RL build?); audit its inputs instead")
-    rows = con.execute("SELECT rollout_id, UNNEST(summary_audit, max_depth := 2) FROM read_parquet(?) "
-                       "WHERE len(summary_audit) > 0", [files]).fetchall()
+        raise UsageError(
+            f"{build_dir} has no summary_audit column (an RL build?); audit its inputs instead"
+        )
+    rows = con.execute(
+        "SELECT rollout_id, UNNEST(summary_audit, max_depth := 2) FROM read_parquet(?) "
+        "WHERE len(summary_audit) > 0",
+        [files],
+    ).fetchall()
     columns = [d[0] for d in con.description]
     return [dict(zip(columns, row)) for row in rows]
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "judge", help="Judge rollouts (rule judge, or an LLM judge) → findings JSONL.",
+        "judge",
+        help="Judge rollouts (rule judge, or an LLM judge) → findings JSONL.",
         description="Review every compaction decision, summary and post-compaction step of the input rollouts and "
-                    "write one finding per error (JSONL of schemas.correction.Finding). Without --llm the "
-                    "deterministic rule judge runs (no network). With --llm URL --model M each candidate step is "
-                    "sent to an OpenAI-compatible /v1/chat/completions endpoint, showing only the history up to "
-                    "the step. Findings are verdicts, not corrections: a correction also records the executed "
-                    "replacement (see docs/sft.md).")
+        "write one finding per error (JSONL of schemas.correction.Finding). Without --llm the "
+        "deterministic rule judge runs (no network). With --llm URL --model M each candidate step is "
+        "sent to an OpenAI-compatible /v1/chat/completions endpoint, showing only the history up to "
+        "the step. Findings are verdicts, not corrections: a correction also records the executed "
+        "replacement (see docs/sft.md).",
+    )
     _add_input_arguments(p)
     p.add_argument("--out", default="-", help="Findings JSONL file (default: stdout).")
-    p.add_argument("--llm", metavar="URL", help="OpenAI-compatible endpoint: server root, .../v1, or .../v1/chat/completions.")
+    p.add_argument(
+        "--llm",
+        metavar="URL",
+        help="OpenAI-compatible endpoint: server root, .../v1, or .../v1/chat/completions.",
+    )
     p.add_argument("--model", help="Model name to request (needed with --llm).")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY",
-                   help="Environment variable holding the API key (default OPENAI_API_KEY; unset = no key). "
-                        "The key is only sent in the Authorization header, never printed or cached.")
-    p.add_argument("--timeout", type=float, default=120.0, help="Seconds per request, in total (default 120).")
-    p.add_argument("--retries", type=int, default=4,
-                   help="Retries on HTTP 429/5xx, timeouts and dropped connections, with exponential backoff "
-                        "1s·2^attempt capped at 30s, or the server's Retry-After (default 4).")
-    p.add_argument("--concurrency", type=int, default=8, help="Requests in flight at once (default 8).")
-    p.add_argument("--cache-dir", default=None,
-                   help="Content-addressed answer cache: a rerun over the same inputs sends no request "
-                        "(default $SEAM_CACHE_DIR/judge, else ~/.cache/seam/judge).")
+    p.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="Environment variable holding the API key (default OPENAI_API_KEY; unset = no key). "
+        "The key is only sent in the Authorization header, never printed or cached.",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=120.0, help="Seconds per request, in total (default 120)."
+    )
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=4,
+        help="Retries on HTTP 429/5xx, timeouts and dropped connections, with exponential backoff "
+        "1s·2^attempt capped at 30s, or the server's Retry-After (default 4).",
+    )
+    p.add_argument(
+        "--concurrency", type=int, default=8, help="Requests in flight at once (default 8)."
+    )
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        help="Content-addressed answer cache: a rerun over the same inputs sends no request "
+        "(default $SEAM_CACHE_DIR/judge, else ~/.cache/seam/judge).",
+    )
     p.add_argument("--no-cache", action="store_true", help="Neither read nor write the cache.")
-    p.add_argument("--no-json-mode", action="store_true",
-                   help="Do not send response_format={type: json_object} (for servers that reject it).")
-    p.add_argument("--max-tokens", type=int, default=1024, help="Answer length limit per request (default 1024).")
-    p.add_argument("--max-context-chars", type=int, default=60_000,
-                   help="Longest history shown; beyond it the first two messages and the most recent ones are kept (default 60000).")
-    p.add_argument("--every-call", action="store_true",
-                   help="Also ask, at every other action call, whether the agent should compact now (missing_trigger).")
-    p.add_argument("--batch", type=int, default=256, help="Rollouts held in memory per judging batch (default 256).")
-    p.add_argument("--price-in", type=float, default=0.0, help="Price per 1M prompt tokens, for the cost line (default 0).")
-    p.add_argument("--price-out", type=float, default=0.0, help="Price per 1M completion tokens (default 0).")
-    p.add_argument("--errors", help="Where to write the steps that could not be judged (default OUT.errors.jsonl).")
+    p.add_argument(
+        "--no-json-mode",
+        action="store_true",
+        help="Do not send response_format={type: json_object} (for servers that reject it).",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=1024,
+        help="Answer length limit per request (default 1024).",
+    )
+    p.add_argument(
+        "--max-context-chars",
+        type=int,
+        default=60_000,
+        help="Longest history shown; beyond it the first two messages and the most recent ones are kept (default 60000).",
+    )
+    p.add_argument(
+        "--every-call",
+        action="store_true",
+        help="Also ask, at every other action call, whether the agent should compact now (missing_trigger).",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=256,
+        help="Rollouts held in memory per judging batch (default 256).",
+    )
+    p.add_argument(
+        "--price-in",
+        type=float,
+        default=0.0,
+        help="Price per 1M prompt tokens, for the cost line (default 0).",
+    )
+    p.add_argument(
+        "--price-out", type=float, default=0.0, help="Price per 1M completion tokens (default 0)."
+    )
+    p.add_argument(
+        "--errors",
+        help="Where to write the steps that could not be judged (default OUT.errors.jsonl).",
+    )
     p.set_defaults(func=run_judge)
 
     a = sub.add_parser(
-        "audit", help="Audit compaction summaries: key-state and next-step omission, contradictions, invented paths.",
+        "audit",
+        help="Audit compaction summaries: key-state and next-step omission, contradictions, invented paths.",
         description="Check every compaction summary against the history it was written from and print per-measure "
-                    "rates (AutoCompact's measures: key-state omission rate, next-step omission rate) plus "
-                    "self-consistency violations, invented paths and summary length. DIR_OR_INPUT is an SFT build "
-                    "directory (its summary_audit column is read) or rollout files/directories/globs.")
+        "rates (AutoCompact's measures: key-state omission rate, next-step omission rate) plus "
+        "self-consistency violations, invented paths and summary length. DIR_OR_INPUT is an SFT build "
+        "directory (its summary_audit column is read) or rollout files/directories/globs.",
+    )
     _add_input_arguments(a, metavar="DIR_OR_INPUT")
-    a.add_argument("--out", help="Also write one JSON line per summary to this file ('-' for stdout).")
-    a.add_argument("--json", action="store_true", help="Print the aggregate as JSON instead of a table.")
+    a.add_argument(
+        "--out", help="Also write one JSON line per summary to this file ('-' for stdout)."
+    )
+    a.add_argument(
+        "--json", action="store_true", help="Print the aggregate as JSON instead of a table."
+    )
     a.set_defaults(func=run_audit)
 
     from judge.sft_command import register_build_sft
@@ -187,6 +271,14 @@ def register(sub) -> None:
 
 
 def _add_input_arguments(p, metavar: str = "INPUT") -> None:
-    p.add_argument("inputs", nargs="+", metavar=metavar,
-                   help="Rollout files, directories (searched recursively) or globs: canonical rollouts or raw formats.")
-    p.add_argument("--format", default="auto", help="Input format: auto (detect per file), canonical, or a reader name.")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar=metavar,
+        help="Rollout files, directories (searched recursively) or globs: canonical rollouts or raw formats.",
+    )
+    p.add_argument(
+        "--format",
+        default="auto",
+        help="Input format: auto (detect per file), canonical, or a reader name.",
+    )

@@ -30,7 +30,10 @@ _LOCATION_RE = re.compile(r'([\w./~-]+):\d+\b|File "([^"]+)", line \d+')
 _NODEID_RE = re.compile(r"[\w/.-]+\.py::([\w.\[\]-]+(?:::[\w.\[\]-]+)*)")
 _TEST_FN_RE = re.compile(r"\b(test_\w+)\b(?!\.\w|[\w/])")  # not a file or module named test_x
 _ERROR_RE = re.compile(r"\b([A-Z]\w*(?:Error|Exception))\b")
-_ERROR_LINE_RE = re.compile(r"^(?:E\s+.*|FAILED .* - .*|[\w.]*(?:Error|Exception)\b.*|.*:\d+: \w+(?:Error|Exception))$", re.M)
+_ERROR_LINE_RE = re.compile(
+    r"^(?:E\s+.*|FAILED .* - .*|[\w.]*(?:Error|Exception)\b.*|.*:\d+: \w+(?:Error|Exception))$",
+    re.M,
+)
 # Lines a test runner prints for a failed test: pytest (FAILED/ERROR nodeid), unittest (FAIL: name).
 _FAILED_TEST_LINE_RE = re.compile(r"^(?:FAILED|ERROR|FAIL:|ERROR:)\s+(\S+)", re.M)
 _PASSED_NODE_RE = re.compile(r"\S+\.py::([\w.\[\]:-]+)\s+PASSED")
@@ -48,14 +51,37 @@ _SUBMIT_TOOLS = {"submit", "finish", "task_complete", "done", "attempt_completio
 _SHELL_TOOLS = ("bash", "shell", "terminal", "execute", "exec", "run", "cmd", "command")
 _EDITOR_READ = {"view", "read"}
 _EDITOR_WRITE = {"create", "str_replace", "insert", "undo_edit", "write", "edit", "append"}
-_PATH_KEYS = ("path", "file", "file_path", "filepath", "filename", "target_file", "dir", "directory")
+_PATH_KEYS = (
+    "path",
+    "file",
+    "file_path",
+    "filepath",
+    "filename",
+    "target_file",
+    "dir",
+    "directory",
+)
 _TEST_RUNNERS = re.compile(
     r"\b(?:pytest|py\.test|unittest|tox|nox|go test|cargo test|npm (?:run )?test|yarn test|pnpm test|"
     r"make (?:test|check)|jest|mocha|vitest|rspec|phpunit|ctest|mvn test|gradle test)\b"
 )
 _READERS = {"cat", "head", "tail", "less", "more", "nl", "bat", "view"}
-_SEARCHERS = {"grep", "rg", "ag", "ack", "find", "ls", "tree", "fd", "locate", "git grep", "git ls-files"}
-_WRITE_SHELL = re.compile(r"\bsed\s+-i|\btee\b|\bgit apply\b|\bpatch\b|(?<![0-9&])>>?\s*(?!/dev/null|&)[\w./~-]")
+_SEARCHERS = {
+    "grep",
+    "rg",
+    "ag",
+    "ack",
+    "find",
+    "ls",
+    "tree",
+    "fd",
+    "locate",
+    "git grep",
+    "git ls-files",
+}
+_WRITE_SHELL = re.compile(
+    r"\bsed\s+-i|\btee\b|\bgit apply\b|\bpatch\b|(?<![0-9&])>>?\s*(?!/dev/null|&)[\w./~-]"
+)
 
 
 def paths_in(text: str) -> list[str]:
@@ -133,8 +159,8 @@ class Op:
     tool: str
     targets: tuple[str, ...]  # file paths the call reads, writes or runs
     written: tuple[str, ...]  # the subset it writes
-    command: str | None       # the shell command, for shell tools
-    signature: str            # tool name + canonical arguments: equal signatures = same request
+    command: str | None  # the shell command, for shell tools
+    signature: str  # tool name + canonical arguments: equal signatures = same request
 
 
 def parse_arguments(call: ToolCall) -> dict | None:
@@ -158,16 +184,29 @@ def classify(call: ToolCall) -> Op:
         return Op("submit", call.name, tuple(paths), (), None, signature)
     if paths and editor_cmd in _EDITOR_READ | _EDITOR_WRITE:  # str_replace_editor style
         kind = "read" if editor_cmd in _EDITOR_READ else "write"
-        return Op(kind, call.name, tuple(paths), tuple(paths) if kind == "write" else (), None, signature)
-    command = next((v for k in ("command", "cmd", "script", "code") if isinstance(v := args.get(k), str)), None)
+        return Op(
+            kind, call.name, tuple(paths), tuple(paths) if kind == "write" else (), None, signature
+        )
+    command = next(
+        (v for k in ("command", "cmd", "script", "code") if isinstance(v := args.get(k), str)), None
+    )
     if command is not None and any(s in name for s in _SHELL_TOOLS):
         return _classify_shell(call.name, command, signature)
-    for kind, words in (("write", ("write", "edit", "patch", "replace", "create", "insert", "apply")),
-                        ("read", ("read", "view", "open", "cat", "get_file")),
-                        ("search", ("grep", "search", "find", "glob", "list", "ls")),
-                        ("test", ("test",))):
+    for kind, words in (
+        ("write", ("write", "edit", "patch", "replace", "create", "insert", "apply")),
+        ("read", ("read", "view", "open", "cat", "get_file")),
+        ("search", ("grep", "search", "find", "glob", "list", "ls")),
+        ("test", ("test",)),
+    ):
         if any(w in name for w in words):
-            return Op(kind, call.name, tuple(paths), tuple(paths) if kind == "write" else (), None, signature)
+            return Op(
+                kind,
+                call.name,
+                tuple(paths),
+                tuple(paths) if kind == "write" else (),
+                None,
+                signature,
+            )
     return Op("other", call.name, tuple(paths), (), None, signature)
 
 

@@ -47,8 +47,12 @@ class FilterOptions:
 
 def rollout_filter(rollout: Rollout, options: FilterOptions) -> tuple[str, str] | None:
     """(reason, detail) for the first filter that drops ``rollout``, or None to keep it."""
-    checks = [(options.resolved_only, outcome), (options.malformed, malformed_request),
-              (options.summary_loops, summary_loop), (options.off_task, off_task)]
+    checks = [
+        (options.resolved_only, outcome),
+        (options.malformed, malformed_request),
+        (options.summary_loops, summary_loop),
+        (options.off_task, off_task),
+    ]
     for enabled, check in checks:
         found = check(rollout) if enabled else None
         if found:
@@ -74,12 +78,21 @@ def malformed_request(rollout: Rollout) -> tuple[str, str] | None:
     for index, call in enumerate(calls):
         for tc in call.tool_calls:
             if parse_arguments(tc) is None:
-                return "malformed_request", f"call {index}: arguments of {tc.name} are not a JSON object"
+                return (
+                    "malformed_request",
+                    f"call {index}: arguments of {tc.name} are not a JSON object",
+                )
             if known and tc.name not in known:
                 return "malformed_request", f"call {index}: unknown tool {tc.name!r}"
-    answered = {e.tool_call_id for e in rollout.events if isinstance(e, MessageEvent) and e.role == "tool"}
+    answered = {
+        e.tool_call_id for e in rollout.events if isinstance(e, MessageEvent) and e.role == "tool"
+    }
     last = calls[-1]
-    pending = [tc for tc in last.tool_calls if tc.id not in answered and classify(tc).kind not in _ENDING_KINDS]
+    pending = [
+        tc
+        for tc in last.tool_calls
+        if tc.id not in answered and classify(tc).kind not in _ENDING_KINDS
+    ]
     if pending:
         return "malformed_request", f"call {len(calls) - 1}: {pending[0].name} never got a result"
     return None
@@ -89,22 +102,37 @@ def summary_loop(rollout: Rollout) -> tuple[str, str] | None:
     comps = compactions(rollout, replay(rollout))
     for first, second in zip(comps, comps[1:]):
         if not first.after:
-            return "summary_loop", f"compaction at {second.message_id} follows {first.message_id} with no action between"
+            return (
+                "summary_loop",
+                f"compaction at {second.message_id} follows {first.message_id} with no action between",
+            )
         ratio = difflib.SequenceMatcher(None, first.summary, second.summary, autojunk=False).ratio()
         if ratio >= LOOP_SIMILARITY:
-            return "summary_loop", f"summaries {first.message_id} and {second.message_id} are {ratio:.0%} identical"
+            return (
+                "summary_loop",
+                f"summaries {first.message_id} and {second.message_id} are {ratio:.0%} identical",
+            )
     return None
 
 
 def off_task(rollout: Rollout) -> tuple[str, str] | None:
-    task_text = next((e.content for e in rollout.events if isinstance(e, MessageEvent) and e.role == "user"), "")
+    task_text = next(
+        (e.content for e in rollout.events if isinstance(e, MessageEvent) and e.role == "user"), ""
+    )
     for comp in compactions(rollout, replay(rollout)):
-        ops = [classify(tc) for v in comp.after[:POST_COMPACTION_CALLS] for tc in v.message.tool_calls]
+        ops = [
+            classify(tc) for v in comp.after[:POST_COMPACTION_CALLS] for tc in v.message.tool_calls
+        ]
         # A search's path argument is a scope ("src"), not a file it works on.
         touched = [t for op in ops if op.kind != "search" for t in op.targets if paths_in(t)]
         if not touched:
             continue
-        known = workspace_state(comp.history).seen_paths + paths_in(comp.summary) + paths_in(task_text)
+        known = (
+            workspace_state(comp.history).seen_paths + paths_in(comp.summary) + paths_in(task_text)
+        )
         if not any(mentions_path(known, t) for t in touched):
-            return "off_task", f"after {comp.message_id} the agent works only on unseen files: {', '.join(touched[:3])}"
+            return (
+                "off_task",
+                f"after {comp.message_id} the agent works only on unseen files: {', '.join(touched[:3])}",
+            )
     return None

@@ -24,12 +24,14 @@ POST_COMPACTION_CALLS = 3
 @dataclass(frozen=True)
 class Compaction:
     summary: str
-    message_id: str                    # the summary call, or the message the rewrite inserted
-    summary_call: CallView | None      # None when the rewrite inserted a summary not written by a call
+    message_id: str  # the summary call, or the message the rewrite inserted
+    summary_call: CallView | None  # None when the rewrite inserted a summary not written by a call
     history: tuple[MessageEvent, ...]  # the live context the summary was written from
-    prior: tuple[MessageEvent, ...]    # every message before the summary, compacted-away ones included
-    trigger: str | None                # budget | model | manual, when a rewrite recorded it
-    after: tuple[CallView, ...]        # the action calls of the window it opens
+    prior: tuple[
+        MessageEvent, ...
+    ]  # every message before the summary, compacted-away ones included
+    trigger: str | None  # budget | model | manual, when a rewrite recorded it
+    after: tuple[CallView, ...]  # the action calls of the window it opens
 
 
 def is_compaction_rewrite(view: CallView) -> bool:
@@ -65,16 +67,35 @@ def compactions(rollout: Rollout, views: list[CallView]) -> list[Compaction]:
         after = tuple(v for v in nxt if v.message.call_kind == "action")
         trigger = rewrite.trigger if rewrite is not None else None
         if last.message.call_kind == "summary":
-            found.append(Compaction(summary_text(last.message), last.message.id, last, last.context,
-                                    tuple(every[:position[last.message.id]]), trigger, after))
+            found.append(
+                Compaction(
+                    summary_text(last.message),
+                    last.message.id,
+                    last,
+                    last.context,
+                    tuple(every[: position[last.message.id]]),
+                    trigger,
+                    after,
+                )
+            )
         elif rewrite is not None:
-            inserted = [m for m in rewrite.context if isinstance(m, MessageEvent) and m.role != "system"]
+            inserted = [
+                m for m in rewrite.context if isinstance(m, MessageEvent) and m.role != "system"
+            ]
             if not inserted:
                 continue
             answers = tuple(results[c.id] for c in last.message.tool_calls if c.id in results)
-            found.append(Compaction("\n".join(m.content for m in inserted), inserted[0].id, None,
-                                    last.context + (last.message,) + answers, tuple(every[:position[inserted[0].id]]),
-                                    trigger, after))
+            found.append(
+                Compaction(
+                    "\n".join(m.content for m in inserted),
+                    inserted[0].id,
+                    None,
+                    last.context + (last.message,) + answers,
+                    tuple(every[: position[inserted[0].id]]),
+                    trigger,
+                    after,
+                )
+            )
     return found
 
 

@@ -25,9 +25,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from judge.attach import executed_output_text
 from judge.chat_client import ChatClient, ChatError
 from judge.history import POST_COMPACTION_CALLS, compactions
-from judge.attach import executed_output_text
 from pipeline.segment import CallView, replay
 from schemas.correction import CorrectionType, Evidence, Finding, OmittedItem, Verdict
 from schemas.rollout import MessageEvent, Rollout
@@ -73,7 +73,9 @@ class Candidate:
 
 def candidates(rollout: Rollout, every_call: bool = False) -> list[Candidate]:
     views = replay(rollout)
-    first_after = {v.index for c in compactions(rollout, views) for v in c.after[:POST_COMPACTION_CALLS]}
+    first_after = {
+        v.index for c in compactions(rollout, views) for v in c.after[:POST_COMPACTION_CALLS]
+    }
     found = []
     for view in views:
         if view.message.call_kind == "summary":
@@ -104,10 +106,21 @@ def build_messages(rollout: Rollout, cand: Candidate, max_context_chars: int) ->
         budget -= len(text)
     dropped = len(shown) - len(kept_head) - len(kept_tail)
     gap = [f"... ({dropped} earlier messages not shown) ..."] if dropped else []
-    tools = ", ".join(t.get("function", t).get("name", "?") for t in rollout.tools) or "(not recorded)"
-    user = "\n\n".join([f"Tools available to the agent: {tools}", "=== CONVERSATION ===", *kept_head, *gap, *kept_tail,
-                        "=== STEP UNDER REVIEW ===", render_message(cand.view.message),
-                        f"Questions: {', '.join(cand.types)}."])
+    tools = (
+        ", ".join(t.get("function", t).get("name", "?") for t in rollout.tools) or "(not recorded)"
+    )
+    user = "\n\n".join(
+        [
+            f"Tools available to the agent: {tools}",
+            "=== CONVERSATION ===",
+            *kept_head,
+            *gap,
+            *kept_tail,
+            "=== STEP UNDER REVIEW ===",
+            render_message(cand.view.message),
+            f"Questions: {', '.join(cand.types)}.",
+        ]
+    )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
@@ -117,13 +130,19 @@ def parse_answer(text: str, asked: tuple[str, ...]) -> JudgeAnswer:
     ``{`` to the last ``}`` is what gets validated."""
     start, end = text.find("{"), text.rfind("}")
     try:
-        answer = JudgeAnswer.model_validate_json(text[start:end + 1] if 0 <= start < end else text)
+        answer = JudgeAnswer.model_validate_json(
+            text[start : end + 1] if 0 <= start < end else text
+        )
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ValueError(f"{'.'.join(map(str, first['loc'])) or 'answer'}: {first['msg']}") from None
+        raise ValueError(
+            f"{'.'.join(map(str, first['loc'])) or 'answer'}: {first['msg']}"
+        ) from None
     for v in answer.verdicts:
         if v.type not in asked:
-            raise ValueError(f"verdict for type {v.type!r}, which was not asked (asked: {', '.join(asked)})")
+            raise ValueError(
+                f"verdict for type {v.type!r}, which was not asked (asked: {', '.join(asked)})"
+            )
         if v.verdict not in VERDICTS_BY_TYPE[v.type]:
             raise ValueError(f"verdict {v.verdict!r} does not belong to type {v.type!r}")
     return answer
@@ -136,8 +155,13 @@ class Failure:
     reason: str
 
 
-def judge_rollouts(rollouts: list[Rollout], client: ChatClient, concurrency: int = 4, every_call: bool = False,
-                   max_context_chars: int = 60_000) -> tuple[list[Finding], list[Failure]]:
+def judge_rollouts(
+    rollouts: list[Rollout],
+    client: ChatClient,
+    concurrency: int = 4,
+    every_call: bool = False,
+    max_context_chars: int = 60_000,
+) -> tuple[list[Finding], list[Failure]]:
     """Findings (verdicts other than ok) and failures, in rollout and call order. At most
     ``concurrency`` requests are in flight."""
     jobs = [(r, c) for r in rollouts for c in candidates(r, every_call)]
@@ -145,14 +169,28 @@ def judge_rollouts(rollouts: list[Rollout], client: ChatClient, concurrency: int
     def run(job):
         rollout, cand = job
         try:
-            answer, key = client.complete(build_messages(rollout, cand, max_context_chars),
-                                          lambda text: parse_answer(text, cand.types))
+            answer, key = client.complete(
+                build_messages(rollout, cand, max_context_chars),
+                lambda text: parse_answer(text, cand.types),
+            )
         except ChatError as exc:
             return [], Failure(rollout.rollout_id, cand.view.index, str(exc))
-        return [Finding(rollout_id=rollout.rollout_id, call_index=cand.view.index, type=v.type, verdict=v.verdict,
-                        rationale=v.rationale, evidence=v.evidence, omitted=v.omitted, proposal=v.proposal,
-                        judge_model=client.config.model, prompt_hash=key)
-                for v in answer.verdicts if v.verdict != "ok"], None
+        return [
+            Finding(
+                rollout_id=rollout.rollout_id,
+                call_index=cand.view.index,
+                type=v.type,
+                verdict=v.verdict,
+                rationale=v.rationale,
+                evidence=v.evidence,
+                omitted=v.omitted,
+                proposal=v.proposal,
+                judge_model=client.config.model,
+                prompt_hash=key,
+            )
+            for v in answer.verdicts
+            if v.verdict != "ok"
+        ], None
 
     findings, failures = [], []
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
@@ -161,4 +199,3 @@ def judge_rollouts(rollouts: list[Rollout], client: ChatClient, concurrency: int
             if failure:
                 failures.append(failure)
     return findings, failures
-

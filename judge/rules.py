@@ -66,11 +66,20 @@ def missed_triggers(rollout: Rollout, views: list[CallView]) -> list[Finding]:
                 break
         if hit:
             view, earlier, step = hit
-            findings.append(_finding(
-                rollout, view, "trigger", "too_late" if compacts else "missing_trigger",
-                f"repeats {step.op.kind} `{_short(step.op.signature)}` already made by an earlier call "
-                "with nothing written since: the answer is in context but no longer used; compact here",
-                [_evidence(earlier, step.op.signature), _evidence(view.message, step.op.signature)]))
+            findings.append(
+                _finding(
+                    rollout,
+                    view,
+                    "trigger",
+                    "too_late" if compacts else "missing_trigger",
+                    f"repeats {step.op.kind} `{_short(step.op.signature)}` already made by an earlier call "
+                    "with nothing written since: the answer is in context but no longer used; compact here",
+                    [
+                        _evidence(earlier, step.op.signature),
+                        _evidence(view.message, step.op.signature),
+                    ],
+                )
+            )
     return findings
 
 
@@ -83,11 +92,21 @@ def early_compactions(rollout: Rollout, comps: list[Compaction]) -> list[Finding
         state = workspace_state(comp.history)
         if state.unverified_writes:
             writes = ", ".join(state.unverified_writes)
-            findings.append(_finding(
-                rollout, comp.summary_call, "trigger", "too_early",
-                f"compacted after writing {writes} with no test run since: whether the edit works "
-                "is not yet known, and the diff leaves the context",
-                [_evidence(m, p) for p in state.unverified_writes[:3] if (m := _last_mention(comp.history, p))]))
+            findings.append(
+                _finding(
+                    rollout,
+                    comp.summary_call,
+                    "trigger",
+                    "too_early",
+                    f"compacted after writing {writes} with no test run since: whether the edit works "
+                    "is not yet known, and the diff leaves the context",
+                    [
+                        _evidence(m, p)
+                        for p in state.unverified_writes[:3]
+                        if (m := _last_mention(comp.history, p))
+                    ],
+                )
+            )
     return findings
 
 
@@ -98,23 +117,59 @@ def summary_findings(rollout: Rollout, comps: list[Compaction]) -> list[Finding]
         if comp.summary_call is None:
             continue
         view = comp.summary_call
-        check = check_summary(comp.summary, workspace_state(comp.history), workspace_state(comp.prior))
+        check = check_summary(
+            comp.summary, workspace_state(comp.history), workspace_state(comp.prior)
+        )
         if check.omitted:
-            findings.append(_finding(
-                rollout, view, "state", "omission",
-                "the summary drops key state: " + "; ".join(f"{o.kind} {o.value}" for o in check.omitted),
-                [_evidence(m, o.value) for o in check.omitted if (m := _last_mention(comp.history, o.value))],
-                check.omitted))
+            findings.append(
+                _finding(
+                    rollout,
+                    view,
+                    "state",
+                    "omission",
+                    "the summary drops key state: "
+                    + "; ".join(f"{o.kind} {o.value}" for o in check.omitted),
+                    [
+                        _evidence(m, o.value)
+                        for o in check.omitted
+                        if (m := _last_mention(comp.history, o.value))
+                    ],
+                    check.omitted,
+                )
+            )
         if check.invented_paths:
-            findings.append(_finding(
-                rollout, view, "state", "invented",
-                "the summary names paths never seen before it: " + ", ".join(check.invented_paths),
-                [_evidence(view.message, p) for p in check.invented_paths]))
+            findings.append(
+                _finding(
+                    rollout,
+                    view,
+                    "state",
+                    "invented",
+                    "the summary names paths never seen before it: "
+                    + ", ".join(check.invented_paths),
+                    [_evidence(view.message, p) for p in check.invented_paths],
+                )
+            )
         if not check.has_next_step:
-            what = f"its next step is vague: {_short(check.next_step)!r}" if check.next_step else "it has no next step"
-            findings.append(_finding(rollout, view, "state", "missing_next_step", f"the summary lacks a concrete next step: {what}",
-                                     [], [OmittedItem(kind="next_step", value=check.next_step or "")]))
-        for verdict, reasons in (("contradiction", check.contradictions), ("wrong_state", check.wrong_state)):
+            what = (
+                f"its next step is vague: {_short(check.next_step)!r}"
+                if check.next_step
+                else "it has no next step"
+            )
+            findings.append(
+                _finding(
+                    rollout,
+                    view,
+                    "state",
+                    "missing_next_step",
+                    f"the summary lacks a concrete next step: {what}",
+                    [],
+                    [OmittedItem(kind="next_step", value=check.next_step or "")],
+                )
+            )
+        for verdict, reasons in (
+            ("contradiction", check.contradictions),
+            ("wrong_state", check.wrong_state),
+        ):
             if reasons:
                 findings.append(_finding(rollout, view, "state", verdict, "; ".join(reasons), []))
     return findings
@@ -133,21 +188,46 @@ def continuation_findings(rollout: Rollout, comps: list[Compaction]) -> list[Fin
         state_paths = paths_in(state_part)
         before = _established(comp.history)
         for view in first:
-            redo = next((s for s in steps_in([view.message]) if s.op.signature in before
-                         and _recorded(before[s.op.signature], state_paths)
-                         and not _mentions_any(f"{s.tool_call.name} {s.tool_call.arguments}", targets)), None)
+            redo = next(
+                (
+                    s
+                    for s in steps_in([view.message])
+                    if s.op.signature in before
+                    and _recorded(before[s.op.signature], state_paths)
+                    and not _mentions_any(f"{s.tool_call.name} {s.tool_call.arguments}", targets)
+                ),
+                None,
+            )
             if redo:
-                quoted = [_evidence(comp.summary_call.message, t) for t in redo.op.targets[:1] if comp.summary_call]
-                findings.append(_finding(
-                    rollout, view, "continuation", "redo",
-                    f"repeats `{_short(redo.op.signature)}`, which the summary records as done; "
-                    f"its next step was: {_short(next_part or '(none)')}", quoted))
+                quoted = [
+                    _evidence(comp.summary_call.message, t)
+                    for t in redo.op.targets[:1]
+                    if comp.summary_call
+                ]
+                findings.append(
+                    _finding(
+                        rollout,
+                        view,
+                        "continuation",
+                        "redo",
+                        f"repeats `{_short(redo.op.signature)}`, which the summary records as done; "
+                        f"its next step was: {_short(next_part or '(none)')}",
+                        quoted,
+                    )
+                )
                 break
         if targets and not any(_touches(view, targets) for view in first):
-            findings.append(_finding(
-                rollout, first[0], "continuation", "ignored_next_step",
-                f"none of the first {len(first)} calls after compaction touches what the summary's next "
-                f"step names ({', '.join(targets[:4])})", []))
+            findings.append(
+                _finding(
+                    rollout,
+                    first[0],
+                    "continuation",
+                    "ignored_next_step",
+                    f"none of the first {len(first)} calls after compaction touches what the summary's next "
+                    f"step names ({', '.join(targets[:4])})",
+                    [],
+                )
+            )
     return findings
 
 
@@ -157,8 +237,12 @@ def _established(history) -> dict:
     live: dict = {}
     for step in steps_in(history):
         if step.op.written:
-            live = {sig: s for sig, s in live.items()
-                    if s.op.kind == "write" or not any(mentions_path(list(step.op.written), t) for t in _found(s))}
+            live = {
+                sig: s
+                for sig, s in live.items()
+                if s.op.kind == "write"
+                or not any(mentions_path(list(step.op.written), t) for t in _found(s))
+            }
         if step.op.kind in ("read", "search", "write"):
             live[step.op.signature] = step
     return live
@@ -180,13 +264,20 @@ def _recorded(step, state_paths: list[str]) -> bool:
 
 def _touches(view: CallView, targets: list[str]) -> bool:
     """A call works on something the next step names (in what it says or what it calls)."""
-    return _mentions_any(view.message.content + " " + " ".join(f"{c.name} {c.arguments}" for c in view.message.tool_calls),
-                         targets)
+    return _mentions_any(
+        view.message.content
+        + " "
+        + " ".join(f"{c.name} {c.arguments}" for c in view.message.tool_calls),
+        targets,
+    )
 
 
 def _mentions_any(text: str, targets: list[str]) -> bool:
     mentioned = paths_in(text)
-    return any(mentions_path(mentioned, t) if "." in t else re.search(rf"\b{re.escape(t)}\b", text) for t in targets)
+    return any(
+        mentions_path(mentioned, t) if "." in t else re.search(rf"\b{re.escape(t)}\b", text)
+        for t in targets
+    )
 
 
 def _identifiers(text: str) -> list[str]:
@@ -203,15 +294,27 @@ def _last_mention(messages, value: str) -> MessageEvent | None:
 
 def _evidence(msg: MessageEvent, needle: str) -> Evidence:
     """A quote around ``needle`` in the message (its content, else its tool calls)."""
-    text = msg.content if needle in msg.content else " ".join(c.arguments for c in msg.tool_calls) or msg.content
+    text = (
+        msg.content
+        if needle in msg.content
+        else " ".join(c.arguments for c in msg.tool_calls) or msg.content
+    )
     at = max(text.find(needle), 0)
     start = max(at - _QUOTE_CHARS // 2, 0)
-    return Evidence(message_id=msg.id, quote=text[start:start + _QUOTE_CHARS])
+    return Evidence(message_id=msg.id, quote=text[start : start + _QUOTE_CHARS])
 
 
 def _finding(rollout, view: CallView, type_, verdict, rationale, evidence, omitted=()) -> Finding:
-    return Finding(rollout_id=rollout.rollout_id, call_index=view.index, type=type_, verdict=verdict,
-                   rationale=rationale, evidence=list(evidence), omitted=list(omitted), judge_model=RULE_JUDGE)
+    return Finding(
+        rollout_id=rollout.rollout_id,
+        call_index=view.index,
+        type=type_,
+        verdict=verdict,
+        rationale=rationale,
+        evidence=list(evidence),
+        omitted=list(omitted),
+        judge_model=RULE_JUDGE,
+    )
 
 
 def _short(text: str | None, limit: int = 120) -> str:

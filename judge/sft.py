@@ -38,24 +38,54 @@ from schemas.rollout import Rollout
 
 _EVIDENCE = pa.struct([("message_id", pa.string()), ("quote", pa.string())])
 _OMITTED = pa.struct([("kind", pa.string()), ("value", pa.string())])
-CORRECTION = pa.struct([
-    ("call_index", pa.int32()), ("type", pa.string()), ("verdict", pa.string()), ("original", pa.string()),
-    ("replacement", pa.string()), ("rationale", pa.string()), ("evidence", pa.list_(_EVIDENCE)),
-    ("omitted", pa.list_(_OMITTED)), ("judge_model", pa.string()), ("prompt_hash", pa.string()),
-])
+CORRECTION = pa.struct(
+    [
+        ("call_index", pa.int32()),
+        ("type", pa.string()),
+        ("verdict", pa.string()),
+        ("original", pa.string()),
+        ("replacement", pa.string()),
+        ("rationale", pa.string()),
+        ("evidence", pa.list_(_EVIDENCE)),
+        ("omitted", pa.list_(_OMITTED)),
+        ("judge_model", pa.string()),
+        ("prompt_hash", pa.string()),
+    ]
+)
 SFT_COLUMNS: list[tuple[str, pa.DataType, str]] = [
-    ("messages", pa.string(), "JSON list of the segment's chat messages (its last call's context + that call), in "
-                              "Hugging Face chat format; assistant messages carry \"train\": whether this segment trains them."),
-    ("corrections", pa.list_(CORRECTION), "Judge corrections of calls trained in this segment (original = the "
-                                          "proposal that was replaced and is not in input_ids)."),
-    ("summary_audit", pa.list_(SUMMARY_AUDIT), "Audit of each summary written in this segment (judge/audit.py)."),
+    (
+        "messages",
+        pa.string(),
+        "JSON list of the segment's chat messages (its last call's context + that call), in "
+        'Hugging Face chat format; assistant messages carry "train": whether this segment trains them.',
+    ),
+    (
+        "corrections",
+        pa.list_(CORRECTION),
+        "Judge corrections of calls trained in this segment (original = the "
+        "proposal that was replaced and is not in input_ids).",
+    ),
+    (
+        "summary_audit",
+        pa.list_(SUMMARY_AUDIT),
+        "Audit of each summary written in this segment (judge/audit.py).",
+    ),
 ]
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
-PAIR_SCHEMA = pa.schema([
-    ("rollout_id", pa.string()), ("task_id", pa.string()), ("call_index", pa.int32()), ("type", pa.string()),
-    ("verdict", pa.string()), ("rationale", pa.string()), ("judge_model", pa.string()),
-    ("prompt", pa.list_(_MESSAGE)), ("chosen", pa.list_(_MESSAGE)), ("rejected", pa.list_(_MESSAGE)),
-])
+PAIR_SCHEMA = pa.schema(
+    [
+        ("rollout_id", pa.string()),
+        ("task_id", pa.string()),
+        ("call_index", pa.int32()),
+        ("type", pa.string()),
+        ("verdict", pa.string()),
+        ("rationale", pa.string()),
+        ("judge_model", pa.string()),
+        ("prompt", pa.list_(_MESSAGE)),
+        ("chosen", pa.list_(_MESSAGE)),
+        ("rejected", pa.list_(_MESSAGE)),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -65,7 +95,10 @@ class SftStage:
     corrections_file: str | None = None
     filters: FilterOptions = field(default_factory=FilterOptions)
 
-    extra_fields = [pa.field(name, dtype, nullable=False, metadata={"doc": doc}) for name, dtype, doc in SFT_COLUMNS]
+    extra_fields = [
+        pa.field(name, dtype, nullable=False, metadata={"doc": doc})
+        for name, dtype, doc in SFT_COLUMNS
+    ]
 
     def fingerprint(self) -> dict:
         """What changes the output bytes: the filter switches and the corrections file's content."""
@@ -74,7 +107,7 @@ class SftStage:
         digest = file_sha256(Path(self.corrections_file)) if self.corrections_file else None
         return {"filters": self.filters.__dict__, "corrections_sha256": digest}
 
-    def open_task(self, out: str, task_index: int) -> "TaskStage":
+    def open_task(self, out: str, task_index: int) -> TaskStage:
         return TaskStage(self, _side_paths(out, task_index), _corrections(self.corrections_file))
 
     def finalize(self, out: str, task_indices: list[int]) -> dict:
@@ -115,13 +148,17 @@ def _corrections(path: str | None) -> CorrectionsFile | None:
 def _side_paths(out: str, task_index: int) -> tuple[Path, Path]:
     """(pairs, claimed rollout ids) files of one task, next to the build's part files."""
     base = Path(out) / ".parts" / f"part-{task_index:06d}"
-    return base.with_name(base.name + ".sft-pairs.parquet"), base.with_name(base.name + ".sft-claimed.json")
+    return base.with_name(base.name + ".sft-pairs.parquet"), base.with_name(
+        base.name + ".sft-claimed.json"
+    )
 
 
 class TaskStage:
     """The stage for one build task: per-rollout work, then ``close`` writes its side files."""
 
-    def __init__(self, stage: SftStage, side: tuple[Path, Path], corrections: CorrectionsFile | None):
+    def __init__(
+        self, stage: SftStage, side: tuple[Path, Path], corrections: CorrectionsFile | None
+    ):
         self.stage, self.side, self.corrections = stage, side, corrections
         self.pairs: list[dict] = []
         self.claimed: set[str] = set()
@@ -155,14 +192,20 @@ class TaskStage:
         self.counts.update(f"corrections_{c.type}" for c in rollout.corrections)
         views = replay(rollout)
         self.pairs += _pairs(rollout, views)
-        audits = {a.call_index: a.as_struct() for a in audit_rollout(rollout) if a.call_index is not None}
+        audits = {
+            a.call_index: a.as_struct() for a in audit_rollout(rollout) if a.call_index is not None
+        }
         by_call: dict[int, list] = {}
         for c in rollout.corrections:
-            by_call.setdefault(c.call_index, []).append(c.model_dump(mode="json", exclude={"rollout_id"}))
+            by_call.setdefault(c.call_index, []).append(
+                c.model_dump(mode="json", exclude={"rollout_id"})
+            )
         values: dict[str, list] = {"messages": [], "corrections": [], "summary_audit": []}
         for masked in segments:
             spans = masked.segment.spans
-            trained_ids = {views[s.call_index].message.id for s, t in zip(spans, masked.trained) if t}
+            trained_ids = {
+                views[s.call_index].message.id for s, t in zip(spans, masked.trained) if t
+            }
             last = views[spans[-1].call_index]
             messages = []
             for msg in (*last.context, last.message):
@@ -172,12 +215,17 @@ class TaskStage:
                 messages.append(item)
             values["messages"].append(json.dumps(messages, ensure_ascii=False))
             values["corrections"].append([c for s in spans for c in by_call.get(s.call_index, [])])
-            values["summary_audit"].append([audits[s.call_index] for s in spans if s.call_index in audits])
+            values["summary_audit"].append(
+                [audits[s.call_index] for s in spans if s.call_index in audits]
+            )
         return values
 
     def close(self) -> dict:
         pairs_path, claimed_path = self.side
-        _atomic(pairs_path, lambda tmp: pq.write_table(pa.Table.from_pylist(self.pairs, schema=PAIR_SCHEMA), tmp))
+        _atomic(
+            pairs_path,
+            lambda tmp: pq.write_table(pa.Table.from_pylist(self.pairs, schema=PAIR_SCHEMA), tmp),
+        )
         _atomic(claimed_path, lambda tmp: Path(tmp).write_text(json.dumps(sorted(self.claimed))))
         return dict(self.counts)
 
@@ -188,23 +236,55 @@ def _pairs(rollout: Rollout, views) -> list[dict]:
     executed output text (tool calls inline, as the chat template writes them)."""
     rows = []
     for c in rollout.corrections:
-        prompt = [{"role": m.role, "content": executed_output_text(m) if m.role == "assistant" else m.content}
-                  for m in views[c.call_index].context]
-        rows.append({"rollout_id": rollout.rollout_id, "task_id": rollout.task_id, "call_index": c.call_index,
-                     "type": c.type, "verdict": c.verdict, "rationale": c.rationale, "judge_model": c.judge_model,
-                     "prompt": prompt, "chosen": [{"role": "assistant", "content": c.replacement}],
-                     "rejected": [{"role": "assistant", "content": c.original}]})
+        prompt = [
+            {
+                "role": m.role,
+                "content": executed_output_text(m) if m.role == "assistant" else m.content,
+            }
+            for m in views[c.call_index].context
+        ]
+        rows.append(
+            {
+                "rollout_id": rollout.rollout_id,
+                "task_id": rollout.task_id,
+                "call_index": c.call_index,
+                "type": c.type,
+                "verdict": c.verdict,
+                "rationale": c.rationale,
+                "judge_model": c.judge_model,
+                "prompt": prompt,
+                "chosen": [{"role": "assistant", "content": c.replacement}],
+                "rejected": [{"role": "assistant", "content": c.original}],
+            }
+        )
     return rows
 
 
 def _write_pairs(directory: Path, table: pa.Table) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    _atomic(directory / "pairs-00000-of-00001.parquet", lambda tmp: pq.write_table(table, tmp, compression="zstd"))
-    card = ["---", "configs:", "- config_name: default", "  data_files:", "  - split: train",
-            '    path: "pairs-*.parquet"', "tags:", "- seam", "- dpo", "---", "", "# seam preference pairs", "",
-            f"{table.num_rows} pairs, one per judge correction: `prompt` is the context the policy saw at the "
-            "corrected call, `chosen` the executed replacement, `rejected` the original proposal. "
-            "Columns map directly onto TRL's DPOTrainer (`prompt`, `chosen`, `rejected`, conversational format).", ""]
+    _atomic(
+        directory / "pairs-00000-of-00001.parquet",
+        lambda tmp: pq.write_table(table, tmp, compression="zstd"),
+    )
+    card = [
+        "---",
+        "configs:",
+        "- config_name: default",
+        "  data_files:",
+        "  - split: train",
+        '    path: "pairs-*.parquet"',
+        "tags:",
+        "- seam",
+        "- dpo",
+        "---",
+        "",
+        "# seam preference pairs",
+        "",
+        f"{table.num_rows} pairs, one per judge correction: `prompt` is the context the policy saw at the "
+        "corrected call, `chosen` the executed replacement, `rejected` the original proposal. "
+        "Columns map directly onto TRL's DPOTrainer (`prompt`, `chosen`, `rejected`, conversational format).",
+        "",
+    ]
     _atomic(directory / "README.md", lambda tmp: Path(tmp).write_text("\n".join(card)))
 
 

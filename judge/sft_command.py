@@ -17,8 +17,13 @@ def run_build_sft(args) -> int:
         raise UsageError(f"--corrections {args.corrections}: no such file")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise UsageError("--max-tokens must be at least 1")
-    filters = FilterOptions(malformed=not args.keep_malformed, summary_loops=not args.keep_summary_loops,
-                            off_task=not args.keep_off_task, resolved_only=args.resolved_only, max_tokens=args.max_tokens)
+    filters = FilterOptions(
+        malformed=not args.keep_malformed,
+        summary_loops=not args.keep_summary_loops,
+        off_task=not args.keep_off_task,
+        resolved_only=args.resolved_only,
+        max_tokens=args.max_tokens,
+    )
     config = config_from_args(args, "sft")
     config.stage = SftStage(corrections_file=args.corrections, filters=filters)
     status = run_configured_build(config, "seam build-sft")
@@ -44,25 +49,46 @@ def register_build_sft(sub) -> None:
     from pipeline.commands.build_rl import add_build_arguments
 
     p = sub.add_parser(
-        "build-sft", help="Build SFT shards: corrected trajectories, filters, audit columns, preference pairs.",
+        "build-sft",
+        help="Build SFT shards: corrected trajectories, filters, audit columns, preference pairs.",
         description="The RL build's segment rows (input_ids, loss_mask, call_spans, ...) plus the SFT columns "
-                    "messages, corrections and summary_audit, after attaching judge corrections (embedded in the "
-                    "rollouts or from --corrections) and filtering; also writes OUT/pairs/ with one preference "
-                    "pair per correction (prompt, chosen = executed replacement, rejected = original proposal). "
-                    "Corrections that do not fit their rollout and filtered rollouts go to quarantine.jsonl with "
-                    "the reason. See docs/sft.md.")
+        "messages, corrections and summary_audit, after attaching judge corrections (embedded in the "
+        "rollouts or from --corrections) and filtering; also writes OUT/pairs/ with one preference "
+        "pair per correction (prompt, chosen = executed replacement, rejected = original proposal). "
+        "Corrections that do not fit their rollout and filtered rollouts go to quarantine.jsonl with "
+        "the reason. See docs/sft.md.",
+    )
     add_build_arguments(p)
-    p.add_argument("--corrections", metavar="FILE",
-                   help="JSONL of correction records (schemas.correction.Correction) to attach, joined by rollout_id "
-                        "and call_index. Each must equal the executed output at its call; see `seam schema correction`.")
-    p.add_argument("--resolved-only", action="store_true",
-                   help="Keep only rollouts with resolved=true (filtered: unresolved, outcome_unknown).")
-    p.add_argument("--max-tokens", type=int, default=None,
-                   help="Drop segments longer than this many tokens (counted as filtered_over_length_segments).")
-    p.add_argument("--keep-malformed", action="store_true",
-                   help="Turn off the malformed-request filter (unparsable tool arguments, unknown tools, missing results).")
-    p.add_argument("--keep-summary-loops", action="store_true",
-                   help="Turn off the summary-loop filter (compaction right after compaction, near-identical summaries).")
-    p.add_argument("--keep-off-task", action="store_true",
-                   help="Turn off the off-task filter (first calls after compaction only touch files never seen before).")
+    p.add_argument(
+        "--corrections",
+        metavar="FILE",
+        help="JSONL of correction records (schemas.correction.Correction) to attach, joined by rollout_id "
+        "and call_index. Each must equal the executed output at its call; see `seam schema correction`.",
+    )
+    p.add_argument(
+        "--resolved-only",
+        action="store_true",
+        help="Keep only rollouts with resolved=true (filtered: unresolved, outcome_unknown).",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="Drop segments longer than this many tokens (counted as filtered_over_length_segments).",
+    )
+    p.add_argument(
+        "--keep-malformed",
+        action="store_true",
+        help="Turn off the malformed-request filter (unparsable tool arguments, unknown tools, missing results).",
+    )
+    p.add_argument(
+        "--keep-summary-loops",
+        action="store_true",
+        help="Turn off the summary-loop filter (compaction right after compaction, near-identical summaries).",
+    )
+    p.add_argument(
+        "--keep-off-task",
+        action="store_true",
+        help="Turn off the off-task filter (first calls after compaction only touch files never seen before).",
+    )
     p.set_defaults(func=run_build_sft)

@@ -38,7 +38,9 @@ from schemas.rollout import MessageEvent
 _NEXT_HEAD_RE = re.compile(
     r"(?i)\b(?:next steps?|what to do next|to do next|what remains|remaining (?:work|steps|tasks)|pending tasks?|plan)\b"
 )
-_HEADING_RE = re.compile(r"^\s*(?:#{1,6}\s+\S|\*\*[^*]+\*\*:?\s*$|\*\*[^*]+:\*\*|\d+\.\s+[\w ]{2,40}:\s*$|[A-Z][\w /-]{1,40}:\s*$)")
+_HEADING_RE = re.compile(
+    r"^\s*(?:#{1,6}\s+\S|\*\*[^*]+\*\*:?\s*$|\*\*[^*]+:\*\*|\d+\.\s+[\w ]{2,40}:\s*$|[A-Z][\w /-]{1,40}:\s*$)"
+)
 _INLINE_NEXT_RE = re.compile(r"(?i)\bnext(?: steps?)?\s*(?::|-|,| is to| will be)\s*(\S.*)")
 _CONCRETE_RE = re.compile(
     r"`[^`]+`|\b\w+\(\)|\b[a-z0-9]+_[a-z0-9_]+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b|\bline \d+"
@@ -53,13 +55,23 @@ _DONE_RE = re.compile(
     r"(?i)\b(?:submit|finish|nothing (?:left|else|more)|no further (?:work|steps|changes)"
     r"|task is (?:complete|done|finished)|all done|wrap up|we are done|complete the task)\b"
 )
-_DENIAL_RE = re.compile(r"(?i)^[\s*>#-]*(?:[\w ]{1,40}:\s*)?(?:none|nothing|no (?:errors?|failures?|failing))\b")
-_ALL_PASS_RE = re.compile(r"(?i)\ball (?:the )?tests (?:now )?pass(?:es|ing|ed)?\b|\bno (?:remaining )?failures\b")
-_FIX_FAILING_RE = re.compile(r"(?i)\b(?:fix|debug|investigate) (?:the )?(?:failing|remaining|broken)\b")
+_DENIAL_RE = re.compile(
+    r"(?i)^[\s*>#-]*(?:[\w ]{1,40}:\s*)?(?:none|nothing|no (?:errors?|failures?|failing))\b"
+)
+_ALL_PASS_RE = re.compile(
+    r"(?i)\ball (?:the )?tests (?:now )?pass(?:es|ing|ed)?\b|\bno (?:remaining )?failures\b"
+)
+_FIX_FAILING_RE = re.compile(
+    r"(?i)\b(?:fix|debug|investigate) (?:the )?(?:failing|remaining|broken)\b"
+)
 _PASS_CLAIM_RE = re.compile(r"(?i)\b(?:pass(?:es|ing|ed)?|green)\b")
 _NEGATION_RE = re.compile(r"(?i)\b(?:not|fail\w*|never|n't)\b")
-_EDIT_CLAIM_RE = re.compile(r"(?i)\b(?:edited|modified|changed|patched|updated|rewrote|rewritten)\b")
-_LEADING_PATH_RE = re.compile(r"(?:\s*(?:,|:|\band\b|&)?\s*(?:the\s+)?(?:files?:?\s+)?[`'\"]?)([\w./~@+-]+)[`'\"]?")
+_EDIT_CLAIM_RE = re.compile(
+    r"(?i)\b(?:edited|modified|changed|patched|updated|rewrote|rewritten)\b"
+)
+_LEADING_PATH_RE = re.compile(
+    r"(?:\s*(?:,|:|\band\b|&)?\s*(?:the\s+)?(?:files?:?\s+)?[`'\"]?)([\w./~@+-]+)[`'\"]?"
+)
 _SENTENCE_RE = re.compile(r"\n+|(?<=[.;!?])\s+")
 
 
@@ -67,7 +79,12 @@ def summary_text(call: MessageEvent) -> str:
     """The summary a call wrote: its content, or the text it passed to a ``compact``-style tool."""
     if call.content.strip():
         return call.content
-    values = [v for tc in call.tool_calls for v in (parse_arguments(tc) or {}).values() if isinstance(v, str)]
+    values = [
+        v
+        for tc in call.tool_calls
+        for v in (parse_arguments(tc) or {}).values()
+        if isinstance(v, str)
+    ]
     return "\n".join(values)
 
 
@@ -76,15 +93,19 @@ def split_summary(text: str) -> tuple[str, str | None]:
     next-step heading, else the rest of a line such as "Next step: ..."."""
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        if _NEXT_HEAD_RE.search(line) and (_HEADING_RE.match(line) or len(line) < 60 and line.rstrip().endswith(":")):
+        if _NEXT_HEAD_RE.search(line) and (
+            _HEADING_RE.match(line) or len(line) < 60 and line.rstrip().endswith(":")
+        ):
             head_rest = line.split(":", 1)[1].strip(" *") if ":" in line else ""
-            end = next((j for j in range(i + 1, len(lines)) if _HEADING_RE.match(lines[j])), len(lines))
-            body = "\n".join([head_rest, *lines[i + 1:end]]).strip()
+            end = next(
+                (j for j in range(i + 1, len(lines)) if _HEADING_RE.match(lines[j])), len(lines)
+            )
+            body = "\n".join([head_rest, *lines[i + 1 : end]]).strip()
             return "\n".join(lines[:i] + lines[end:]), body
     for i, line in enumerate(lines):
         match = _INLINE_NEXT_RE.search(line)
         if match:
-            return "\n".join(lines[:i] + lines[i + 1:]), match.group(1).strip()
+            return "\n".join(lines[:i] + lines[i + 1 :]), match.group(1).strip()
     return text, None
 
 
@@ -105,36 +126,64 @@ class SummaryCheck:
     invented_paths: list[str] = field(default_factory=list)
 
 
-def check_summary(text: str, state: WorkspaceState, truth: WorkspaceState | None = None) -> SummaryCheck:
+def check_summary(
+    text: str, state: WorkspaceState, truth: WorkspaceState | None = None
+) -> SummaryCheck:
     """Check ``text`` against ``state`` (the workspace seen in the summary's live context)
     and, for wrong-state claims, ``truth`` (the whole history before it; default ``state``)."""
     state_part, next_part = split_summary(text)
     mentioned = paths_in(text)
-    check = SummaryCheck(chars=len(text), words=len(text.split()), next_step=next_part,
-                         has_next_step=is_concrete(next_part),
-                         key_items=len(state.key_files) + len(state.failing_commands) + len(state.errors)
-                         + len(state.key_tests))
-    check.omitted += [OmittedItem(kind="file_path", value=p) for p in state.key_files if not mentions_path(mentioned, p)]
-    check.omitted += [OmittedItem(kind="failing_command", value=group[-1]) for group in _same_failure(state.failing_commands)
-                      if not any(_command_kept(c, text, mentioned) for c in group)]
-    check.omitted += [OmittedItem(kind="error_message", value=e) for e in state.errors if e not in text]
-    check.omitted += [OmittedItem(kind="test_name", value=t) for t in state.key_tests
-                      if not re.search(rf"\b{re.escape(t)}\b", text)]
+    check = SummaryCheck(
+        chars=len(text),
+        words=len(text.split()),
+        next_step=next_part,
+        has_next_step=is_concrete(next_part),
+        key_items=len(state.key_files)
+        + len(state.failing_commands)
+        + len(state.errors)
+        + len(state.key_tests),
+    )
+    check.omitted += [
+        OmittedItem(kind="file_path", value=p)
+        for p in state.key_files
+        if not mentions_path(mentioned, p)
+    ]
+    check.omitted += [
+        OmittedItem(kind="failing_command", value=group[-1])
+        for group in _same_failure(state.failing_commands)
+        if not any(_command_kept(c, text, mentioned) for c in group)
+    ]
+    check.omitted += [
+        OmittedItem(kind="error_message", value=e) for e in state.errors if e not in text
+    ]
+    check.omitted += [
+        OmittedItem(kind="test_name", value=t)
+        for t in state.key_tests
+        if not re.search(rf"\b{re.escape(t)}\b", text)
+    ]
     if next_part:
         if _states_open_problem(state_part) and _DONE_RE.search(next_part):
-            check.contradictions.append("the state says a problem remains but the next step says to finish")
+            check.contradictions.append(
+                "the state says a problem remains but the next step says to finish"
+            )
         if _ALL_PASS_RE.search(state_part) and _FIX_FAILING_RE.search(next_part):
-            check.contradictions.append("the state says all tests pass but the next step says to fix failures")
+            check.contradictions.append(
+                "the state says all tests pass but the next step says to fix failures"
+            )
     check.wrong_state = _wrong_state_claims(state_part, truth or state)
-    check.invented_paths = [p for p in paths_in(state_part) if not mentions_path(state.seen_paths, p)]
+    check.invented_paths = [
+        p for p in paths_in(state_part) if not mentions_path(state.seen_paths, p)
+    ]
     return check
 
 
 def _states_open_problem(state_part: str) -> bool:
     """A line of the state says a problem remains; headings ("## Unresolved errors") and
     lines that deny it ("None: the last run passed") do not."""
-    return any(_OPEN_RE.search(line) and not _HEADING_RE.match(line) and not _DENIAL_RE.search(line)
-               for line in state_part.splitlines())
+    return any(
+        _OPEN_RE.search(line) and not _HEADING_RE.match(line) and not _DENIAL_RE.search(line)
+        for line in state_part.splitlines()
+    )
 
 
 def _same_failure(failing: dict[str, list[str]]) -> list[list[str]]:
@@ -169,9 +218,9 @@ def _wrong_state_claims(state_part: str, state: WorkspaceState) -> list[str]:
                 elif passed is None and not state.verified_after_last_write:
                     claims.append(f"{test} is recorded as passing but was never run")
         for match in _EDIT_CLAIM_RE.finditer(sentence):
-            if _is_negated(sentence[:match.start()]):
+            if _is_negated(sentence[: match.start()]):
                 continue
-            for path in _object_paths(sentence[match.end():]):
+            for path in _object_paths(sentence[match.end() :]):
                 if not any(same_path(path, w) for w in state.written):
                     claims.append(f"{path} is recorded as changed but was never written")
     return list(dict.fromkeys(claims))
@@ -186,7 +235,7 @@ def _object_paths(text: str) -> list[str]:
         if not match or not paths_in(match.group(1)):
             return found
         found.append(paths_in(match.group(1))[0])
-        rest = rest[match.end():]
+        rest = rest[match.end() :]
 
 
 def _is_negated(before: str) -> bool:

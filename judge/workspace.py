@@ -19,8 +19,8 @@ summarized well by the two that matter.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from judge.facts import (
     Op,
@@ -62,8 +62,15 @@ def steps_in(messages: Iterable[MessageEvent]) -> list[Step]:
     for msg in messages:
         for call in msg.tool_calls:
             result = results.get(call.id)
-            steps.append(Step(msg.id, call, classify(call), result.content if result else None,
-                              result.id if result else None))
+            steps.append(
+                Step(
+                    msg.id,
+                    call,
+                    classify(call),
+                    result.content if result else None,
+                    result.id if result else None,
+                )
+            )
     return steps
 
 
@@ -71,7 +78,9 @@ def steps_in(messages: Iterable[MessageEvent]) -> list[Step]:
 class WorkspaceState:
     written: list[str] = field(default_factory=list)
     key_files: list[str] = field(default_factory=list)
-    failing_commands: dict[str, list[str]] = field(default_factory=dict)  # command -> tests it reports failed
+    failing_commands: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # command -> tests it reports failed
     errors: list[str] = field(default_factory=list)
     key_tests: list[str] = field(default_factory=list)
     test_passed: dict[str, bool] = field(default_factory=dict)  # latest known status by test name
@@ -116,7 +125,10 @@ def workspace_state(messages: Iterable[MessageEvent]) -> WorkspaceState:
     state.key_files = list(state.written)
     _add(state.key_files, [p for s in failing for p in s.op.targets])
     opened = [p for s in steps if s.op.kind in ("read", "write") for p in s.op.targets]
-    _add(state.key_files, [p for s in failing for p in located_paths_in(s.result) if mentions_path(opened, p)])
+    _add(
+        state.key_files,
+        [p for s in failing for p in located_paths_in(s.result) if mentions_path(opened, p)],
+    )
     task = next((m.content for m in messages if m.role == "user"), "")
     _add(state.key_files, [p for p in paths_in(task) if mentions_path(opened, p)])
     state.key_tests = [t for t, ok in state.test_passed.items() if not ok]
@@ -132,7 +144,9 @@ def _run_key(op: Op) -> str:
     """Runs of one command: a test run is its runner and what it runs (``pytest -v`` and
     ``pytest`` are one run: a later passing ``pytest`` resolves a failing ``pytest -v``)."""
     if op.kind == "test":
-        return " ".join([command_program(op.command), *sorted(op.targets), *sorted(test_names_in(op.command))])
+        return " ".join(
+            [command_program(op.command), *sorted(op.targets), *sorted(test_names_in(op.command))]
+        )
     return command_core(op.command)
 
 

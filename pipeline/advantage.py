@@ -21,7 +21,9 @@ import numpy as np
 EPSILON = 1e-6
 
 
-def group_advantages(group_ids: np.ndarray, rewards: np.ndarray, use_std: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def group_advantages(
+    group_ids: np.ndarray, rewards: np.ndarray, use_std: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-rollout advantages and group sizes.
 
     ``group_ids``: one group key per rollout (any hashable dtype); ``rewards``: float.

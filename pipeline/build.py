@@ -72,13 +72,25 @@ class BuildConfig:
         from pipeline.mask import MaskOptions
         from pipeline.rows import RowOptions
 
-        return RowOptions(MaskOptions(self.mask_summaries, self.last_call_only), self.drop_truncated,
-                          require_outcome=self.kind == "rl")
+        return RowOptions(
+            MaskOptions(self.mask_summaries, self.last_call_only),
+            self.drop_truncated,
+            require_outcome=self.kind == "rl",
+        )
 
     def fingerprint_config(self) -> dict:
         """What determines the output bytes (not: out, workers, progress)."""
-        keep = ("kind", "format", "use_std", "mask_summaries", "last_call_only", "drop_truncated",
-                "rows_per_shard", "chunk_bytes", "chat_template")
+        keep = (
+            "kind",
+            "format",
+            "use_std",
+            "mask_summaries",
+            "last_call_only",
+            "drop_truncated",
+            "rows_per_shard",
+            "chunk_bytes",
+            "chat_template",
+        )
         fingerprint = {k: getattr(self, k) for k in keep}
         if self.stage is not None:
             fingerprint["stage"] = self.stage.fingerprint()
@@ -115,7 +127,9 @@ class OutputLock:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 fh.close()
-                raise BuildError(f"{self.path.parent} is in use by another seam build (lock {self.path}); wait for it or pick another --out") from None
+                raise BuildError(
+                    f"{self.path.parent} is in use by another seam build (lock {self.path}); wait for it or pick another --out"
+                ) from None
             # A finishing build unlinks the file before unlocking it: a lock taken on that
             # unlinked file excludes nobody, so lock the file that is there now instead.
             try:
@@ -143,7 +157,9 @@ def _tokenizer_info(config: BuildConfig) -> dict:
     try:
         renderer = segmenter_with(config.tokenizer, config.chat_template).r
     except TemplateError as exc:
-        raise BuildError(f"the chat template ({config.chat_template or 'of the tokenizer'}) cannot be used: {exc}") from None
+        raise BuildError(
+            f"the chat template ({config.chat_template or 'of the tokenizer'}) cannot be used: {exc}"
+        ) from None
     info = tokenizer_fingerprint(renderer.tokenizer)
     info["incremental_rendering"] = renderer.incremental
     return info
@@ -158,22 +174,30 @@ def _check_out_dir(out: Path, fingerprint: str, overwrite: bool) -> bool:
             assert isinstance(manifest, dict)
         except (ValueError, AssertionError):
             if not overwrite:
-                raise BuildError(f"{out}/manifest.json is not a seam manifest; choose another --out (or --overwrite)") from None
+                raise BuildError(
+                    f"{out}/manifest.json is not a seam manifest; choose another --out (or --overwrite)"
+                ) from None
             manifest = {}
         if manifest.get("shard_schema_version") != SHARD_SCHEMA_VERSION:
             if not overwrite:
-                rebuild = manifest.get("command") or f"seam build-{manifest.get('kind', 'rl')} INPUT... --out {out}"
+                rebuild = (
+                    manifest.get("command")
+                    or f"seam build-{manifest.get('kind', 'rl')} INPUT... --out {out}"
+                )
                 raise BuildError(
                     f"{out} was built with shard schema {manifest.get('shard_schema_version')} (this seam writes "
                     f"{SHARD_SCHEMA_VERSION}); rebuild it: {rebuild}"
-                    + ("" if "--overwrite" in rebuild.split() else " --overwrite"))
+                    + ("" if "--overwrite" in rebuild.split() else " --overwrite")
+                )
         elif manifest.get("fingerprint") == fingerprint:
             # Killed after writing its manifest, a build may have left its parts behind.
             shutil.rmtree(out / ".parts", ignore_errors=True)
             _remove_temporaries(out)
             return True
         elif not overwrite:
-            raise BuildError(f"{out} already holds a different build; pass --overwrite to replace it or choose another --out")
+            raise BuildError(
+                f"{out} already holds a different build; pass --overwrite to replace it or choose another --out"
+            )
         _clear(out)
     elif (out / ".parts" / "fingerprint").exists():
         # An interrupted seam build: its finished parts resume (if the fingerprint still
@@ -181,7 +205,9 @@ def _check_out_dir(out: Path, fingerprint: str, overwrite: bool) -> bool:
         _clear(out, keep=(".lock", ".parts"))
     elif out.exists() and any(p.name not in (".lock", ".parts") for p in out.iterdir()):
         if not overwrite:
-            raise BuildError(f"{out} is not empty and is not a seam build; choose an empty --out (or --overwrite)")
+            raise BuildError(
+                f"{out} is not empty and is not a seam build; choose an empty --out (or --overwrite)"
+            )
         _clear(out)
     return False
 
@@ -215,7 +241,9 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
     # Hashing reads every input byte; hashlib releases the GIL, so it runs on threads
     # while this thread loads the tokenizer (which holds the GIL) and probes the template.
     stop = threading.Event()  # set when the build fails first: exit without reading on
-    hashing = ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1)), thread_name_prefix="seam-hash")
+    hashing = ThreadPoolExecutor(
+        max_workers=max(1, min(len(files), os.cpu_count() or 1)), thread_name_prefix="seam-hash"
+    )
     digests = [hashing.submit(file_sha256, f, stop) for f in files]
     hashing.shutdown(wait=False)
     try:
@@ -237,9 +265,19 @@ def _run_build(config: BuildConfig, command: str, files: list[Path], digests: li
             load_rewards(Path(config.rewards))  # fail fast, before any work
         except RewardsError as exc:
             raise BuildError(str(exc)) from None
-    inputs = [{"path": str(f), "sha256": d.result(), "bytes": f.stat().st_size} for f, d in zip(files, digests)]
-    fp_source = json.dumps({"config": config.fingerprint_config(), "tokenizer": tok_info,
-                            "inputs": [i["sha256"] for i in inputs], "version": __version__}, sort_keys=True)
+    inputs = [
+        {"path": str(f), "sha256": d.result(), "bytes": f.stat().st_size}
+        for f, d in zip(files, digests)
+    ]
+    fp_source = json.dumps(
+        {
+            "config": config.fingerprint_config(),
+            "tokenizer": tok_info,
+            "inputs": [i["sha256"] for i in inputs],
+            "version": __version__,
+        },
+        sort_keys=True,
+    )
     fingerprint = hashlib.sha256(fp_source.encode()).hexdigest()
     tasks = plan_tasks(files, config.format, config.chunk_bytes, walked_files(config.inputs))
     out = Path(config.out)
@@ -247,9 +285,18 @@ def _run_build(config: BuildConfig, command: str, files: list[Path], digests: li
     with OutputLock(out):
         if _check_out_dir(out, fingerprint, config.overwrite):
             manifest = json.loads((out / "manifest.json").read_text())
-            return BuildResult(out, manifest["shards"], Counter(manifest["counts"]), Counter(manifest["seams"]),
-                               Counter(manifest["skipped"]), manifest["per_file"], manifest["groups_of_one"], 0,
-                               manifest, up_to_date=True)
+            return BuildResult(
+                out,
+                manifest["shards"],
+                Counter(manifest["counts"]),
+                Counter(manifest["seams"]),
+                Counter(manifest["skipped"]),
+                manifest["per_file"],
+                manifest["groups_of_one"],
+                0,
+                manifest,
+                up_to_date=True,
+            )
         parts = out / ".parts"
         stamp = parts / "fingerprint"
         if parts.exists() and (not stamp.exists() or stamp.read_text() != fingerprint):
@@ -259,19 +306,32 @@ def _run_build(config: BuildConfig, command: str, files: list[Path], digests: li
         _remove_temporaries(out)
         # A task is done when all three of its files are there (a kill while .parts was
         # being removed can leave a marker without its part).
-        done = {t.index: json.loads(part_paths(config.out, t.index)[2].read_text())
-                for t in tasks if all(p.exists() for p in part_paths(config.out, t.index))}
+        done = {
+            t.index: json.loads(part_paths(config.out, t.index)[2].read_text())
+            for t in tasks
+            if all(p.exists() for p in part_paths(config.out, t.index))
+        }
         resumed = len(done)
         todo = [t for t in tasks if t.index not in done]
-        wconf = WorkerConfig(config.out, config.tokenizer, config.chat_template, config.row_options(),
-                             config.rewards, config.stage)
-        with _task_runner(todo, wconf, config) as results_in_order, \
-                task_progress(config.progress, len(tasks), resumed) as advance:
+        wconf = WorkerConfig(
+            config.out,
+            config.tokenizer,
+            config.chat_template,
+            config.row_options(),
+            config.rewards,
+            config.stage,
+        )
+        with (
+            _task_runner(todo, wconf, config) as results_in_order,
+            task_progress(config.progress, len(tasks), resumed) as advance,
+        ):
             for result in results_in_order:
                 done[result["task"]] = result
                 advance(result)
         results = [done[t.index] for t in tasks]
-        return _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command)
+        return _finalize(
+            config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command
+        )
 
 
 @contextmanager
@@ -296,8 +356,12 @@ def _task_runner(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
             yield (run_task(t, wconf, feeder.data_for(t.path, t.start, t.end)) for t in tasks)
             return
         method = "fork" if "fork" in get_all_start_methods() else "spawn"
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method),
-                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+        with ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=get_context(method),
+            initializer=die_with_parent,
+            initargs=(os.getpid(),),
+        ) as pool:
             yield _in_order(pool, tasks, wconf, feeder, window=4 * workers)
     finally:
         feeder.close()
@@ -312,7 +376,9 @@ def _in_order(pool, tasks: list[Task], wconf: WorkerConfig, feeder: RangeFeeder,
     def submit_next() -> None:
         task = next(upcoming, None)
         if task is not None:
-            pending.append(pool.submit(run_task, task, wconf, feeder.data_for(task.path, task.start, task.end)))
+            pending.append(
+                pool.submit(run_task, task, wconf, feeder.data_for(task.path, task.start, task.end))
+            )
 
     for _ in range(window):
         submit_next()
@@ -322,24 +388,32 @@ def _in_order(pool, tasks: list[Task], wconf: WorkerConfig, feeder: RangeFeeder,
         yield result
 
 
-def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command) -> BuildResult:
+def _finalize(
+    config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command
+) -> BuildResult:
     counts, seams, skipped, per_file = Counter(), Counter(), Counter(), {}
     for r in results:
         counts.update(r["counts"])
         seams.update(r["seams"])
         skipped.update(r["skipped"])
-        f = per_file.setdefault(r["file"], {"format": r["format"], "read": 0, "accepted": 0, "quarantined": 0, "skipped": 0})
+        f = per_file.setdefault(
+            r["file"],
+            {"format": r["format"], "read": 0, "accepted": 0, "quarantined": 0, "skipped": 0},
+        )
         for k in ("read", "accepted", "quarantined"):
             f[k] += r["counts"].get(k, 0)
         f["skipped"] += sum(r["skipped"].values())
     indices = [t.index for t in tasks]
     extra_fields = config.stage.extra_fields if config.stage is not None else []
-    shard_hashes, group_of_one = write_shards(config.out, results, config.rows_per_shard,
-                                config.use_std, extra_fields, config.workers)
+    shard_hashes, group_of_one = write_shards(
+        config.out, results, config.rows_per_shard, config.use_std, extra_fields, config.workers
+    )
     shards = list(shard_hashes)
     quarantined = merge_quarantine(config.out, indices)
     # A stage may quarantine records that are not rollouts (judge corrections), counted apart.
-    assert quarantined == counts["quarantined"] + counts["corrections_quarantined"], "quarantine file and counts disagree"
+    assert quarantined == counts["quarantined"] + counts["corrections_quarantined"], (
+        "quarantine file and counts disagree"
+    )
     if config.stage is not None:
         counts.update(config.stage.finalize(config.out, indices))
     for k in ("read", "accepted", "quarantined"):
@@ -367,4 +441,6 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, resume
     write_card(out, manifest, extra_fields)
     write_json(out / "manifest.json", manifest)
     shutil.rmtree(out / ".parts", ignore_errors=True)
-    return BuildResult(out, shards, counts, seams, skipped, per_file, group_of_one, resumed, manifest)
+    return BuildResult(
+        out, shards, counts, seams, skipped, per_file, group_of_one, resumed, manifest
+    )

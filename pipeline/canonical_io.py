@@ -14,9 +14,10 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO
 
 import orjson
 import pyarrow as pa
@@ -25,23 +26,26 @@ from pydantic import ValidationError
 
 from schemas.rollout import Rollout
 
-CANONICAL_PARQUET_SCHEMA = pa.schema([
-    ("schema_version", pa.string()),
-    ("rollout_id", pa.string()),
-    ("task_id", pa.string()),
-    ("source", pa.string()),
-    ("model", pa.string()),
-    ("reward", pa.float64()),
-    ("resolved", pa.bool_()),
-    ("num_events", pa.int32()),
-    ("record", pa.large_string()),
-], metadata={"seam.format": "canonical-rollouts"})
+CANONICAL_PARQUET_SCHEMA = pa.schema(
+    [
+        ("schema_version", pa.string()),
+        ("rollout_id", pa.string()),
+        ("task_id", pa.string()),
+        ("source", pa.string()),
+        ("model", pa.string()),
+        ("reward", pa.float64()),
+        ("resolved", pa.bool_()),
+        ("num_events", pa.int32()),
+        ("record", pa.large_string()),
+    ],
+    metadata={"seam.format": "canonical-rollouts"},
+)
 
 
 @dataclass(frozen=True)
 class RawRecord:
     file: str
-    line: int          # 1-based line (JSONL) or 1-based row (Parquet)
+    line: int  # 1-based line (JSONL) or 1-based row (Parquet)
     data: bytes
 
 
@@ -78,7 +82,7 @@ class _ZstdStream(io.RawIOBase):
 
         self._error = zstandard.ZstdError
         self._decompressor = zstandard.ZstdDecompressor()
-        self._raw = open(path, "rb")
+        self._raw = open(path, "rb")  # noqa: SIM115 (closed by close(); lives as long as the reader)
         self._frame = None  # decompressor of the frame being read, None between frames
         self._pending, self._offset = b"", 0
 
@@ -94,7 +98,7 @@ class _ZstdStream(io.RawIOBase):
                 return 0
             self._pending, self._offset = self._decompress(data), 0
         n = min(len(buffer), len(self._pending) - self._offset)
-        buffer[:n] = self._pending[self._offset:self._offset + n]
+        buffer[:n] = self._pending[self._offset : self._offset + n]
         self._offset += n
         return n
 
@@ -117,8 +121,13 @@ class _ZstdStream(io.RawIOBase):
         super().close()
 
 
-def iter_jsonl_lines(path: Path, start: int = 0, end: int | None = None, first_line: int = 1,
-                     data: bytes | None = None) -> Iterator[RawRecord]:
+def iter_jsonl_lines(
+    path: Path,
+    start: int = 0,
+    end: int | None = None,
+    first_line: int = 1,
+    data: bytes | None = None,
+) -> Iterator[RawRecord]:
     """Lines of a JSONL file; with ``start``/``end`` only the lines that *begin* in that
     byte range of the (decompressed) file, so range tasks never split a line. ``data``:
     the range's bytes, already read by the caller (the build feeds compressed ranges)."""
@@ -193,7 +202,9 @@ class RangeFeeder:
 def iter_parquet_records(path: Path, row_groups: list[int] | None = None) -> Iterator[RawRecord]:
     pf = pq.ParquetFile(path)
     if "record" not in pf.schema_arrow.names:
-        raise ValueError(f"{path}: not a canonical rollout Parquet file (no 'record' column); use --format to read raw formats")
+        raise ValueError(
+            f"{path}: not a canonical rollout Parquet file (no 'record' column); use --format to read raw formats"
+        )
     row = 0
     groups = range(pf.num_row_groups) if row_groups is None else row_groups
     offsets = [0]
@@ -224,7 +235,9 @@ def parse_rollout(data: bytes) -> Rollout:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "rollout"
         more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ValueError(f"schema: {where}: {first['msg'].removeprefix('Value error, ')}{more}") from None
+        raise ValueError(
+            f"schema: {where}: {first['msg'].removeprefix('Value error, ')}{more}"
+        ) from None
 
 
 def iter_canonical_records(path: Path) -> Iterator[tuple[RawRecord, Rollout | str]]:
@@ -251,7 +264,9 @@ def write_canonical_jsonl(rollouts: Iterable[Rollout], path: Path) -> int:
     return n
 
 
-def write_canonical_parquet(rollouts: Iterable[Rollout], path: Path, rows_per_group: int = 64) -> int:
+def write_canonical_parquet(
+    rollouts: Iterable[Rollout], path: Path, rows_per_group: int = 64
+) -> int:
     """Write rollouts to a canonical Parquet file (temporary name, then rename). Row
     groups of 64 rollouts (~10 MB of JSON) are the units a build splits the file into."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -273,17 +288,20 @@ def write_canonical_parquet(rollouts: Iterable[Rollout], path: Path, rows_per_gr
 
 
 def _canonical_table(rollouts: list[Rollout]) -> pa.Table:
-    return pa.Table.from_pylist([
-        {
-            "schema_version": r.schema_version,
-            "rollout_id": r.rollout_id,
-            "task_id": r.task_id,
-            "source": r.source,
-            "model": r.model,
-            "reward": r.reward,
-            "resolved": r.resolved,
-            "num_events": len(r.events),
-            "record": rollout_to_json(r).decode(),
-        }
-        for r in rollouts
-    ], schema=CANONICAL_PARQUET_SCHEMA)
+    return pa.Table.from_pylist(
+        [
+            {
+                "schema_version": r.schema_version,
+                "rollout_id": r.rollout_id,
+                "task_id": r.task_id,
+                "source": r.source,
+                "model": r.model,
+                "reward": r.reward,
+                "resolved": r.resolved,
+                "num_events": len(r.events),
+                "record": rollout_to_json(r).decode(),
+            }
+            for r in rollouts
+        ],
+        schema=CANONICAL_PARQUET_SCHEMA,
+    )

@@ -25,10 +25,27 @@ SEAM_KINDS = {
 }
 
 # Arrow primitive types by the dtype name ``datasets`` gives them in YAML.
-_DTYPES = {pa.string(): "string", pa.large_string(): "large_string", pa.bool_(): "bool",
-           pa.float16(): "float16", pa.float32(): "float32", pa.float64(): "float64",
-           **{t: str(t) for t in (pa.int8(), pa.int16(), pa.int32(), pa.int64(),
-                                  pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64())}}
+_DTYPES = {
+    pa.string(): "string",
+    pa.large_string(): "large_string",
+    pa.bool_(): "bool",
+    pa.float16(): "float16",
+    pa.float32(): "float32",
+    pa.float64(): "float64",
+    **{
+        t: str(t)
+        for t in (
+            pa.int8(),
+            pa.int16(),
+            pa.int32(),
+            pa.int64(),
+            pa.uint8(),
+            pa.uint16(),
+            pa.uint32(),
+            pa.uint64(),
+        )
+    },
+}
 
 
 def feature_yaml(dtype: pa.DataType) -> dict:
@@ -39,11 +56,16 @@ def feature_yaml(dtype: pa.DataType) -> dict:
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
         key = "large_list" if pa.types.is_large_list(dtype) else "list"
         inner = feature_yaml(dtype.value_type)
-        if list(inner) in (["dtype"], ["struct"]):  # datasets' shorthand for a list of one dtype / of structs
+        if list(inner) in (
+            ["dtype"],
+            ["struct"],
+        ):  # datasets' shorthand for a list of one dtype / of structs
             return {key: next(iter(inner.values()))}
         return {key: inner}
     if dtype not in _DTYPES:
-        raise ValueError(f"no dataset card dtype for Arrow type {dtype}; add it to pipeline/card.py")
+        raise ValueError(
+            f"no dataset card dtype for Arrow type {dtype}; add it to pipeline/card.py"
+        )
     return {"dtype": _DTYPES[dtype]}
 
 
@@ -118,10 +140,25 @@ def write_card(out: Path, manifest: dict, extra_fields=()) -> None:
         "| what | count |",
         "|---|---|",
     ]
-    for key in ("read", "accepted", "quarantined", "segments", "calls", "tokens", "trainable_tokens", "drift_realigned"):
+    for key in (
+        "read",
+        "accepted",
+        "quarantined",
+        "segments",
+        "calls",
+        "tokens",
+        "trainable_tokens",
+        "drift_realigned",
+    ):
         lines.append(f"| {key} | {counts.get(key, 0)} |")
     lines.append(f"| task groups of one (advantage 0) | {manifest['groups_of_one']} |")
-    lines += ["", "## Seam kinds", "", "| kind | meaning | segments starting with it |", "|---|---|---|"]
+    lines += [
+        "",
+        "## Seam kinds",
+        "",
+        "| kind | meaning | segments starting with it |",
+        "|---|---|---|",
+    ]
     for kind, meaning in SEAM_KINDS.items():
         lines.append(f"| `{kind}` | {meaning} | {manifest['seams'].get(kind, 0)} |")
     lines += ["", "## Columns", "", "| column | type | meaning |", "|---|---|---|"]

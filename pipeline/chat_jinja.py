@@ -49,7 +49,9 @@ def _raise_exception(message):
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _strftime_now(fmt):
@@ -69,7 +71,7 @@ class _DictConstructor:
 class _Namespace(jinja2.utils.Namespace):
     """Jinja's ``namespace`` that refuses names starting with ``_`` (no dunder access)."""
 
-    def __init__(*args, **kwargs):  # noqa: N805 — same signature trick as jinja2's Namespace
+    def __init__(*args, **kwargs):
         self, args = args[0], args[1:]
         attrs = dict(*args, **kwargs)
         for name in attrs:
@@ -83,13 +85,16 @@ class _Namespace(jinja2.utils.Namespace):
     @staticmethod
     def _check(name):
         if isinstance(name, str) and name.startswith("_"):
-            raise jinja2.exceptions.SecurityError(f"chat templates cannot set {name!r} on a namespace")
+            raise jinja2.exceptions.SecurityError(
+                f"chat templates cannot set {name!r} on a namespace"
+            )
 
 
 @lru_cache(maxsize=16)
 def compile_chat_template(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[_GenerationTag, jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
+    )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now

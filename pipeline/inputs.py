@@ -22,7 +22,16 @@ from pipeline.canonical_io import UNREADABLE, is_compressed, open_text_stream
 CANONICAL = "canonical"
 UNRECOGNISED = "unrecognised"
 SPLITTABLE = (".jsonl", ".jsonl.gz", ".jsonl.zst")  # canonical files cut into line ranges
-INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".parquet", ".traj", ".pt")
+INPUT_SUFFIXES = (
+    ".jsonl",
+    ".jsonl.gz",
+    ".jsonl.zst",
+    ".json",
+    ".json.gz",
+    ".parquet",
+    ".traj",
+    ".pt",
+)
 
 
 class InputError(ValueError):
@@ -46,7 +55,9 @@ class Task:
 
 def walked_files(specs: list[str]) -> frozenset[Path]:
     """The input files found by walking a directory (not named, nor matched by a glob)."""
-    return frozenset(f for spec in specs if Path(spec).expanduser().is_dir() for f in resolve_inputs([spec]))
+    return frozenset(
+        f for spec in specs if Path(spec).expanduser().is_dir() for f in resolve_inputs([spec])
+    )
 
 
 def resolve_inputs(specs: list[str]) -> list[Path]:
@@ -55,16 +66,23 @@ def resolve_inputs(specs: list[str]) -> list[Path]:
         path = Path(spec).expanduser()
         if path.is_dir():
             found = sorted(
-                p for p in path.rglob("*")
+                p
+                for p in path.rglob("*")
                 if p.is_file() and not p.name.startswith(".") and p.name.endswith(INPUT_SUFFIXES)
             )
             if not found:
-                raise InputError(f"input directory {spec} holds no rollout files ({', '.join(INPUT_SUFFIXES)})")
+                raise InputError(
+                    f"input directory {spec} holds no rollout files ({', '.join(INPUT_SUFFIXES)})"
+                )
             files.extend(found)
         elif path.is_file():
             files.append(path)
         elif any(ch in spec for ch in "*?["):
-            matched = sorted(Path(p) for p in glob.glob(os.path.expanduser(spec), recursive=True) if Path(p).is_file())
+            matched = sorted(
+                Path(p)
+                for p in glob.glob(os.path.expanduser(spec), recursive=True)
+                if Path(p).is_file()
+            )
             if not matched:
                 raise InputError(f"input glob {spec} matches no files")
             files.extend(matched)
@@ -105,11 +123,15 @@ def detect_format(path: Path) -> str:
     try:
         from pipeline.readers.detect import detect_format as detect_raw
     except ImportError:
-        raise InputError(f"{path}: not a canonical rollout file, and no raw-format readers are installed") from None
+        raise InputError(
+            f"{path}: not a canonical rollout file, and no raw-format readers are installed"
+        ) from None
     return detect_raw(path)
 
 
-def plan_tasks(files: list[Path], fmt: str, chunk_bytes: int, walked: frozenset[Path] = frozenset()) -> list[Task]:
+def plan_tasks(
+    files: list[Path], fmt: str, chunk_bytes: int, walked: frozenset[Path] = frozenset()
+) -> list[Task]:
     """Tasks in input order. A file whose format no reader recognises fails the build
     when it was named, and becomes one quarantine entry when it was found by walking a
     directory (``walked``): one stray file must not stop a build of thousands."""
@@ -117,7 +139,9 @@ def plan_tasks(files: list[Path], fmt: str, chunk_bytes: int, walked: frozenset[
         from pipeline.readers import REGISTRY
 
         if fmt not in REGISTRY:
-            raise InputError(f"unknown --format {fmt!r}; use auto, {CANONICAL} or one of: {', '.join(sorted(REGISTRY))}")
+            raise InputError(
+                f"unknown --format {fmt!r}; use auto, {CANONICAL} or one of: {', '.join(sorted(REGISTRY))}"
+            )
     tasks: list[Task] = []
     for path in files:
         try:

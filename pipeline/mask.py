@@ -30,16 +30,18 @@ class MaskOptions:
 @dataclass
 class MaskedSegment:
     segment: Segment
-    loss_mask: np.ndarray          # int8, len == len(tokens)
-    logprobs: np.ndarray | None    # float32 aligned with tokens, or None
-    trained: list[bool]            # per call span
+    loss_mask: np.ndarray  # int8, len == len(tokens)
+    logprobs: np.ndarray | None  # float32 aligned with tokens, or None
+    trained: list[bool]  # per call span
 
     @property
     def num_trainable_tokens(self) -> int:
         return int(self.loss_mask.sum(dtype=np.int64))
 
 
-def mask_segment(seg: Segment, options: MaskOptions, eos_id: int, logged_output: list[bool]) -> MaskedSegment:
+def mask_segment(
+    seg: Segment, options: MaskOptions, eos_id: int, logged_output: list[bool]
+) -> MaskedSegment:
     """``logged_output[j]``: span j's tokens are the engine's logged output ids."""
     tokens = seg.tokens
     mask = np.zeros(len(tokens), dtype=np.int8)
@@ -48,18 +50,20 @@ def mask_segment(seg: Segment, options: MaskOptions, eos_id: int, logged_output:
     trained = []
     last = len(seg.spans) - 1
     for j, span in enumerate(seg.spans):
-        train = not (options.mask_summaries and span.kind == "summary") and not (options.last_call_only and j != last)
+        train = not (options.mask_summaries and span.kind == "summary") and not (
+            options.last_call_only and j != last
+        )
         trained.append(train)
         if not train:
             continue
         end = span.start + span.length
         if span.truncated and not logged_output[j] and span.length and tokens[end - 1] == eos_id:
             end -= 1
-        mask[span.start:end] = 1
+        mask[span.start : end] = 1
         if span.logprobs is None:
             have_logprobs = False
         else:
-            logprobs[span.start:span.start + span.length] = span.logprobs
+            logprobs[span.start : span.start + span.length] = span.logprobs
     if not any(trained):
         have_logprobs = False
     return MaskedSegment(seg, mask, logprobs if have_logprobs else None, trained)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 console = Console(stderr=True)
 
@@ -14,12 +21,20 @@ console = Console(stderr=True)
 def task_progress(enabled: bool, total: int, already_done: int, label: str = "building"):
     """Yields ``advance(result)``; says how many tasks a resumed build skipped."""
     if already_done:
-        console.print(f"[yellow]resuming:[/] {already_done} of {total} tasks already done, skipping them")
+        console.print(
+            f"[yellow]resuming:[/] {already_done} of {total} tasks already done, skipping them"
+        )
     if not enabled:
         yield lambda result: None
         return
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rollouts]} rollouts"), TimeElapsedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rollouts]} rollouts"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console, transient=False) as progress:
         bar = progress.add_task(label, total=total, completed=already_done, rollouts=0)
         seen = 0

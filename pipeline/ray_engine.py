@@ -13,18 +13,24 @@ node can write (a shared filesystem).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict
-from typing import Iterator
 
 import pyarrow as pa
 
 from pipeline.inputs import Task
 from pipeline.worker import WorkerConfig, run_task
 
-TASK_SCHEMA = pa.schema([
-    ("index", pa.int64()), ("path", pa.string()), ("format", pa.string()),
-    ("start", pa.int64()), ("end", pa.int64()), ("first_line", pa.int64()),
-])
+TASK_SCHEMA = pa.schema(
+    [
+        ("index", pa.int64()),
+        ("path", pa.string()),
+        ("format", pa.string()),
+        ("start", pa.int64()),
+        ("end", pa.int64()),
+        ("first_line", pa.int64()),
+    ]
+)
 RESULT_SCHEMA = pa.schema([("index", pa.int64()), ("result", pa.string())])
 
 
@@ -40,13 +46,24 @@ class TaskRunner:
     def __call__(self, batch: pa.Table) -> pa.Table:
         indices, results = [], []
         for row in batch.cast(TASK_SCHEMA).to_pylist():
-            task = Task(row["index"], row["path"], row["format"], row["start"], row["end"], row["first_line"])
+            task = Task(
+                row["index"],
+                row["path"],
+                row["format"],
+                row["start"],
+                row["end"],
+                row["first_line"],
+            )
             indices.append(task.index)
             results.append(json.dumps(run_task(task, self.config), sort_keys=True))
-        return pa.table([pa.array(indices, pa.int64()), pa.array(results, pa.string())], schema=RESULT_SCHEMA)
+        return pa.table(
+            [pa.array(indices, pa.int64()), pa.array(results, pa.string())], schema=RESULT_SCHEMA
+        )
 
 
-def run_tasks_on_ray(tasks: list[Task], config: WorkerConfig, address: str | None, workers: int) -> Iterator[dict]:
+def run_tasks_on_ray(
+    tasks: list[Task], config: WorkerConfig, address: str | None, workers: int
+) -> Iterator[dict]:
     import logging
 
     import ray
@@ -55,7 +72,12 @@ def run_tasks_on_ray(tasks: list[Task], config: WorkerConfig, address: str | Non
         if address:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         else:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+            ray.init(
+                num_cpus=workers,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
     # seam prints its own progress and summary; Ray Data's per-operator log lines are noise here.
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     ray.data.DataContext.get_current().enable_progress_bars = False
@@ -67,8 +89,12 @@ def run_tasks_on_ray(tasks: list[Task], config: WorkerConfig, address: str | Non
     dataset = ray.data.from_arrow(blocks)
     actors = max(1, min(workers, len(tasks)))
     results = dataset.map_batches(
-        TaskRunner, fn_constructor_kwargs={"config": config}, batch_size=1, batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=1,
+        TaskRunner,
+        fn_constructor_kwargs={"config": config},
+        batch_size=1,
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=actors),
+        num_cpus=1,
     )
     for batch in results.iter_batches(batch_format="pyarrow", batch_size=None):
         for result in batch.column("result").to_pylist():

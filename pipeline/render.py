@@ -24,8 +24,8 @@ the same text as ``apply_chat_template``).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 import orjson
@@ -62,7 +62,13 @@ def template_message(msg: MessageEvent) -> dict:
                 args = call.arguments
             if not isinstance(args, dict):
                 args = call.arguments
-            calls.append({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": args}})
+            calls.append(
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": args},
+                }
+            )
         out["tool_calls"] = calls
     if msg.role == "tool":
         out["tool_call_id"] = msg.tool_call_id
@@ -98,7 +104,7 @@ class ChatRenderer:
         # Chat templates end a turn with their own token (ChatML: <|im_end|>), which is
         # not always the tokenizer's eos: take what the template puts after an assistant turn.
         rendered = self.render(_BASE + [{"role": "assistant", "content": "X"}], None, False)
-        tail = rendered[rendered.rindex("X") + 1:]
+        tail = rendered[rendered.rindex("X") + 1 :]
         for token in sorted(self.tokenizer.all_special_tokens, key=len, reverse=True):
             if tail.lstrip().startswith(token):
                 return token
@@ -107,20 +113,25 @@ class ChatRenderer:
         raise TemplateError("cannot tell which token ends an assistant turn in this chat template")
 
     # -- text ---------------------------------------------------------------------------
-    def render(self, messages: Sequence[dict], tools: list | None, add_generation_prompt: bool) -> str:
+    def render(
+        self, messages: Sequence[dict], tools: list | None, add_generation_prompt: bool
+    ) -> str:
         try:
             return self.template.render(
-                messages=list(messages), tools=tools or None, add_generation_prompt=add_generation_prompt, **self.special
+                messages=list(messages),
+                tools=tools or None,
+                add_generation_prompt=add_generation_prompt,
+                **self.special,
             )
         except Exception as exc:  # jinja errors and raise_exception() from the template
             raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from None
 
-    @lru_cache(maxsize=64)
+    @lru_cache(maxsize=64)  # noqa: B019 (renderers live for the whole process)
     def _base_text(self, gen: bool) -> str:
         return self.render(_BASE, None, gen)
 
     def generation_prompt(self) -> str:
-        return self._base_text(True)[len(self._base_text(False)):]
+        return self._base_text(True)[len(self._base_text(False)) :]
 
     def piece(self, msg_dict: dict, first: bool, tools: list | None) -> str:
         """The text one message contributes to a rendered conversation."""
@@ -130,7 +141,7 @@ class ChatRenderer:
         full = self.render(_BASE + [msg_dict], None, False)
         if not full.startswith(base):
             raise TemplateError("chat template re-renders earlier messages when one is appended")
-        return full[len(base):]
+        return full[len(base) :]
 
     def split_output(self, assistant_text: str) -> tuple[str, str]:
         """Split what follows the generation prompt into (generated text, template trailer).
@@ -144,7 +155,9 @@ class ChatRenderer:
         cut += len(self.eos_text)
         return assistant_text[:cut], assistant_text[cut:]
 
-    def output_text(self, call: dict, tools: list | None, context: Sequence[dict] | None = None) -> tuple[str, str]:
+    def output_text(
+        self, call: dict, tools: list | None, context: Sequence[dict] | None = None
+    ) -> tuple[str, str]:
         """(generated text, trailer) of ``call``; ``context`` (its input) is needed only
         for templates that are not incremental."""
         if self.incremental:
@@ -152,14 +165,14 @@ class ChatRenderer:
             piece = self.piece(call, False, tools)
             if not piece.startswith(gen):
                 raise TemplateError("assistant turn does not start with the generation prompt")
-            return self.split_output(piece[len(gen):])
+            return self.split_output(piece[len(gen) :])
         if not context:
             raise TemplateError("an assistant call with an empty context")
         prompt = self.render(context, tools, True)
         full = self.render(list(context) + [call], tools, False)
         if not full.startswith(prompt):
             raise TemplateError("rendering the call's output changes the rendering of its input")
-        return self.split_output(full[len(prompt):])
+        return self.split_output(full[len(prompt) :])
 
     # -- tokens -------------------------------------------------------------------------
     def encode_many(self, texts: Sequence[str]) -> list[np.ndarray]:
@@ -176,8 +189,15 @@ class ChatRenderer:
         todo = list(dict.fromkeys(t for t in texts if t not in cache))
         if not todo:
             return [cache[t] for t in texts]
-        encode = self.backend.encode_batch_fast if hasattr(self.backend, "encode_batch_fast") else self.backend.encode_batch
-        fresh = {t: np.asarray(e.ids, dtype=np.int32) for t, e in zip(todo, encode(todo, add_special_tokens=False))}
+        encode = (
+            self.backend.encode_batch_fast
+            if hasattr(self.backend, "encode_batch_fast")
+            else self.backend.encode_batch
+        )
+        fresh = {
+            t: np.asarray(e.ids, dtype=np.int32)
+            for t, e in zip(todo, encode(todo, add_special_tokens=False))
+        }
         out = [fresh[t] if t in fresh else cache[t] for t in texts]
         for t, ids in fresh.items():
             ids.flags.writeable = False  # shared by every later caller: never edited in place
@@ -198,7 +218,9 @@ class ChatRenderer:
     def decode(self, ids: Sequence[int]) -> str:
         return self.backend.decode(list(map(int, ids)), skip_special_tokens=False)
 
-    def engine_view(self, context: Sequence[MessageEvent], call: MessageEvent, tools: list | None) -> tuple[list[int], list[int]]:
+    def engine_view(
+        self, context: Sequence[MessageEvent], call: MessageEvent, tools: list | None
+    ) -> tuple[list[int], list[int]]:
         """What an inference engine would log for ``call``: (prompt ids, output ids).
 
         Used by the simulator to write token-logging rollouts; the build itself never
@@ -211,12 +233,25 @@ class ChatRenderer:
 
 
 def _probe_conversation() -> list[dict]:
-    call = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": {"pattern": "x"}}}
-    call2 = {"id": "c2", "type": "function", "function": {"name": "read", "arguments": {"path": "a.py"}}}
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "grep", "arguments": {"pattern": "x"}},
+    }
+    call2 = {
+        "id": "c2",
+        "type": "function",
+        "function": {"name": "read", "arguments": {"path": "a.py"}},
+    }
     return [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": "Fix the bug."},
-        {"role": "assistant", "content": "Looking.", "reasoning_content": "Search first.", "tool_calls": [call, call2]},
+        {
+            "role": "assistant",
+            "content": "Looking.",
+            "reasoning_content": "Search first.",
+            "tool_calls": [call, call2],
+        },
         {"role": "tool", "tool_call_id": "c1", "name": "grep", "content": "a.py:3: x = 1"},
         {"role": "tool", "tool_call_id": "c2", "name": "read", "content": "x = 1\n"},
         {"role": "assistant", "content": "", "tool_calls": [{**call, "id": "c3"}]},
@@ -248,7 +283,7 @@ def probe_incremental(renderer: ChatRenderer) -> bool:
         texts = []
         for m, p in zip(conv, pieces):
             if m["role"] == "assistant":
-                texts += [gen, *renderer.split_output(p[len(gen):])]
+                texts += [gen, *renderer.split_output(p[len(gen) :])]
             else:
                 texts.append(p)
         whole = renderer.encode(renderer.render(conv, tools, False))

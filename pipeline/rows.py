@@ -17,7 +17,7 @@ from pipeline.advantage import trainable_tokens_after
 from pipeline.mask import MaskedSegment, MaskOptions, mask_segment
 from pipeline.segment import Segmenter
 from pipeline.shard_schema import CALL_SPAN, SHARD_SCHEMA
-from schemas.rollout import Rollout, RewriteEvent
+from schemas.rollout import RewriteEvent, Rollout
 
 # Part files carry one internal column: the rollout's ordinal inside the part, the key
 # that joins rows to their rollout's group advantage when the build is finalized.
@@ -43,10 +43,14 @@ def rollout_reward(rollout: Rollout) -> float:
         return float(rollout.reward)
     if rollout.resolved is not None:
         return 1.0 if rollout.resolved else 0.0
-    raise RejectedRollout("no reward and no resolved outcome: RL needs one (join them with --rewards FILE)")
+    raise RejectedRollout(
+        "no reward and no resolved outcome: RL needs one (join them with --rewards FILE)"
+    )
 
 
-def masked_segments(rollout: Rollout, segmenter: Segmenter, options: RowOptions) -> tuple[list[MaskedSegment], int]:
+def masked_segments(
+    rollout: Rollout, segmenter: Segmenter, options: RowOptions
+) -> tuple[list[MaskedSegment], int]:
     """The rollout's masked segments (after ``drop_truncated``) and how many were dropped."""
     calls = rollout.calls()
     segments = segmenter.segments(rollout)
@@ -54,7 +58,11 @@ def masked_segments(rollout: Rollout, segmenter: Segmenter, options: RowOptions)
     for seg in segments:
         logged = [calls[s.call_index].output_ids is not None for s in seg.spans]
         masked.append(mask_segment(seg, options.mask, segmenter.r.eos_id, logged))
-    kept = [m for m in masked if not (options.drop_truncated and any(s.truncated for s in m.segment.spans))]
+    kept = [
+        m
+        for m in masked
+        if not (options.drop_truncated and any(s.truncated for s in m.segment.spans))
+    ]
     return kept, len(masked) - len(kept)
 
 
@@ -80,7 +88,9 @@ class RowBatch:
             return
         n_s = [m.num_trainable_tokens for m in segments]
         after = trainable_tokens_after(n_s)
-        compactions = sum(1 for e in rollout.events if isinstance(e, RewriteEvent) and e.reason == "compaction")
+        compactions = sum(
+            1 for e in rollout.events if isinstance(e, RewriteEvent) and e.reason == "compaction"
+        )
         for index, (m, n, tail) in enumerate(zip(segments, n_s, after)):
             seg = m.segment
             c = self.cols
@@ -99,11 +109,19 @@ class RowBatch:
             c["rollout_trainable_tokens"].append(sum(n_s))
             c["loss_weight_per_rollout"].append(1.0 / len(segments))
             c["num_calls"].append(len(seg.spans))
-            c["call_spans"].append([
-                {"call_index": s.call_index, "kind": s.kind, "start": s.start, "length": s.length,
-                 "trained": t, "truncated": s.truncated}
-                for s, t in zip(seg.spans, m.trained)
-            ])
+            c["call_spans"].append(
+                [
+                    {
+                        "call_index": s.call_index,
+                        "kind": s.kind,
+                        "start": s.start,
+                        "length": s.length,
+                        "trained": t,
+                        "truncated": s.truncated,
+                    }
+                    for s, t in zip(seg.spans, m.trained)
+                ]
+            )
             c["num_compactions"].append(compactions)
             c["seam_kind"].append(seg.seam_kind)
             c["seam_trigger"].append(seg.seam_trigger)
@@ -140,12 +158,20 @@ class RowBatch:
 
 def _list_array(chunks: list[np.ndarray | None], arrow_type: pa.DataType, np_type) -> pa.Array:
     """A list array from numpy chunks without a Python loop over elements; None → null."""
-    lengths = np.fromiter((0 if c is None else len(c) for c in chunks), dtype=np.int64, count=len(chunks))
+    lengths = np.fromiter(
+        (0 if c is None else len(c) for c in chunks), dtype=np.int64, count=len(chunks)
+    )
     offsets = np.zeros(len(chunks) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     present = [c for c in chunks if c is not None]
-    values = np.concatenate(present).astype(np_type, copy=False) if present else np.zeros(0, dtype=np_type)
+    values = (
+        np.concatenate(present).astype(np_type, copy=False)
+        if present
+        else np.zeros(0, dtype=np_type)
+    )
     mask = None
     if len(present) != len(chunks):
         mask = pa.array([c is None for c in chunks], type=pa.bool_())
-    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(values, type=arrow_type), mask=mask)
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, type=pa.int32()), pa.array(values, type=arrow_type), mask=mask
+    )

@@ -80,7 +80,9 @@ class _Builder:
     drift_realigned: int = 0
     engine: list[np.ndarray] = field(default_factory=list)
     engine_output_start: int = 0
-    context_ids: list[str] = field(default_factory=list)  # message ids rendered so far (incremental mode)
+    context_ids: list[str] = field(
+        default_factory=list
+    )  # message ids rendered so far (incremental mode)
 
     def add(self, ids: np.ndarray) -> None:
         if len(ids):
@@ -101,7 +103,9 @@ class _Builder:
         return self.engine[0]
 
     def finish(self) -> Segment:
-        return Segment(self.tokens(), self.spans, self.seam_kind, self.seam_trigger, self.drift_realigned)
+        return Segment(
+            self.tokens(), self.spans, self.seam_kind, self.seam_trigger, self.drift_realigned
+        )
 
 
 def _joined(chunks: list[np.ndarray]) -> np.ndarray:
@@ -166,11 +170,18 @@ class Segmenter:
                 else:
                     seg.add(tail)
             out = self._output(call, pieces)
-            seg.spans.append(CallSpan(
-                call.index, call.message.call_kind, seg.length, len(out),
-                call.message.finish_reason == "length",
-                np.asarray(call.message.logprobs, dtype=np.float32) if call.message.logprobs is not None else None,
-            ))
+            seg.spans.append(
+                CallSpan(
+                    call.index,
+                    call.message.call_kind,
+                    seg.length,
+                    len(out),
+                    call.message.finish_reason == "length",
+                    np.asarray(call.message.logprobs, dtype=np.float32)
+                    if call.message.logprobs is not None
+                    else None,
+                )
+            )
             seg.add_output(out)
             if self.r.incremental and call.message.prompt_ids is None:
                 seg.context_ids = [m.id for m in call.context] + [call.message.id]
@@ -182,7 +193,7 @@ class Segmenter:
         return done
 
     # -- the input of a call ------------------------------------------------------------
-    def _prompt(self, call: CallView, pieces: "_PieceCache") -> np.ndarray:
+    def _prompt(self, call: CallView, pieces: _PieceCache) -> np.ndarray:
         if call.message.prompt_ids is not None:
             return np.asarray(call.message.prompt_ids, dtype=np.int32)
         if self.r.incremental:
@@ -190,12 +201,14 @@ class Segmenter:
         ctx = [template_message(m) for m in call.context]
         return self.r.encode(self.r.render(ctx, pieces.tools, True))
 
-    def _output(self, call: CallView, pieces: "_PieceCache") -> np.ndarray:
+    def _output(self, call: CallView, pieces: _PieceCache) -> np.ndarray:
         if call.message.output_ids is not None:
             return np.asarray(call.message.output_ids, dtype=np.int32)
         return pieces.output(call)
 
-    def _start(self, call: CallView, pieces: "_PieceCache", kind: str, trigger: str | None) -> _Builder:
+    def _start(
+        self, call: CallView, pieces: _PieceCache, kind: str, trigger: str | None
+    ) -> _Builder:
         seg = _Builder(kind, trigger)
         prompt = self._prompt(call, pieces)
         seg.add(prompt)
@@ -203,23 +216,38 @@ class Segmenter:
         return seg
 
     # -- does call i+1 extend the segment? ------------------------------------------------
-    def _extension(self, seg: _Builder, prev: CallView, prev_out: np.ndarray, call: CallView,
-                   pieces: "_PieceCache") -> np.ndarray | None:
+    def _extension(
+        self,
+        seg: _Builder,
+        prev: CallView,
+        prev_out: np.ndarray,
+        call: CallView,
+        pieces: _PieceCache,
+    ) -> np.ndarray | None:
         """The tokens to append before ``call``'s output, or None at a seam."""
         if seg.context_ids and call.message.prompt_ids is None:
             known = seg.context_ids
             now = call.context
             if len(now) >= len(known) and all(m.id == k for m, k in zip(now, known)):
                 rendered_out = pieces.output(prev)
-                tail = np.concatenate([pieces.trailer(prev), pieces.context(now[len(known):], False),
-                                       pieces.generation_prompt()])
+                tail = np.concatenate(
+                    [
+                        pieces.trailer(prev),
+                        pieces.context(now[len(known) :], False),
+                        pieces.generation_prompt(),
+                    ]
+                )
                 if prev.message.output_ids is None or np.array_equal(prev_out, rendered_out):
                     seg.engine.append(tail)
                     return tail
                 if self.r.decode(prev_out) == self.r.decode(rendered_out):
                     # History re-renders the sampled output with other ids, same text: realign.
                     seg.drift_realigned += 1
-                    seg.engine = [seg.engine_tokens()[:seg.engine_output_start], rendered_out, tail]
+                    seg.engine = [
+                        seg.engine_tokens()[: seg.engine_output_start],
+                        rendered_out,
+                        tail,
+                    ]
                     return tail
         return self._extension_by_tokens(seg, self._prompt(call, pieces))
 
@@ -236,12 +264,14 @@ class Segmenter:
         # and output): a BPE merge across the prompt/output boundary is drift too.
         if first_mismatch < seg.engine_output_start - len(self._generation_prompt_ids):
             return None
-        consumed = _retokenized_length(self.r, prompt[first_mismatch:], self.r.decode(have[first_mismatch:]))
+        consumed = _retokenized_length(
+            self.r, prompt[first_mismatch:], self.r.decode(have[first_mismatch:])
+        )
         if consumed is None:
             return None
         seg.drift_realigned += 1
         seg.engine = [prompt]
-        return prompt[first_mismatch + consumed:]
+        return prompt[first_mismatch + consumed :]
 
 
 def _retokenized_length(r: ChatRenderer, tail: np.ndarray, text: str) -> int | None:
@@ -279,8 +309,13 @@ class _PieceCache:
         """Render every message of the rollout once and tokenize them all in one batch
         (one call into the Rust tokenizer per rollout instead of one per message)."""
         messages = [e for e in rollout.events if isinstance(e, MessageEvent)]
-        messages += [m for e in rollout.events if isinstance(e, RewriteEvent)
-                     for m in e.context if isinstance(m, MessageEvent)]
+        messages += [
+            m
+            for e in rollout.events
+            if isinstance(e, RewriteEvent)
+            for m in e.context
+            if isinstance(m, MessageEvent)
+        ]
         firsts = {c.context[0].id: c.context[0] for c in calls if c.context}
         jobs: list[tuple[str, object]] = []
         texts: list[str] = []
@@ -308,7 +343,11 @@ class _PieceCache:
         prompt, output, trailer — so history never re-tokenizes what the policy sampled.
         """
         keys = [(m.id, at_start and i == 0) for i, m in enumerate(messages)]
-        todo = [(k, m) for k, m in zip(keys, messages) if k not in self._pieces and not self._as_turn(k, m)]
+        todo = [
+            (k, m)
+            for k, m in zip(keys, messages)
+            if k not in self._pieces and not self._as_turn(k, m)
+        ]
         if todo:
             texts = [self.r.piece(template_message(m), first, self.tools) for (_, first), m in todo]
             for (key, _), ids in zip(todo, self.r.encode_many(texts)):

@@ -31,7 +31,8 @@ PASS_RATE_BY_COMPACTIONS = StandardQuery(
 FROM rollouts
 GROUP BY num_compactions
 ORDER BY num_compactions""",
-    ("rollouts",))
+    ("rollouts",),
+)
 
 SUMMARY_LENGTH_PERCENTILES = StandardQuery(
     "Summary length in tokens (percentiles)",
@@ -44,7 +45,8 @@ SUMMARY_LENGTH_PERCENTILES = StandardQuery(
        max(tokens) AS max
 FROM calls
 WHERE kind = 'summary'""",
-    ("calls",))
+    ("calls",),
+)
 
 TOOL_CALLS_PER_ROLLOUT = StandardQuery(
     "Tool calls per rollout",
@@ -56,7 +58,8 @@ TOOL_CALLS_PER_ROLLOUT = StandardQuery(
        round(avg(action_calls), 1) AS mean_action_calls,
        round(avg(summary_calls), 2) AS mean_summary_calls
 FROM rollouts""",
-    ("rollouts",))
+    ("rollouts",),
+)
 
 SEAMS_BY_KIND_AND_SOURCE = StandardQuery(
     "Seams by kind and source",
@@ -67,7 +70,8 @@ FROM segments
 WHERE seam_kind <> 'none'
 GROUP BY ALL
 ORDER BY source, segments DESC""",
-    ("segments",))
+    ("segments",),
+)
 
 QUARANTINE_REASONS = StandardQuery(
     "Quarantine reasons",
@@ -76,7 +80,8 @@ FROM quarantine
 GROUP BY record, reason_kind
 ORDER BY records DESC, reason_kind
 LIMIT 20""",
-    ("quarantine",))
+    ("quarantine",),
+)
 
 CORRECTION_TYPES = StandardQuery(
     "Judge corrections by type and verdict",
@@ -84,7 +89,8 @@ CORRECTION_TYPES = StandardQuery(
 FROM corrections
 GROUP BY type, verdict
 ORDER BY corrections DESC, type, verdict""",
-    ("corrections",))
+    ("corrections",),
+)
 
 AUDIT_RATES = StandardQuery(
     "Summary audit rates (AutoCompact's measures)",
@@ -95,11 +101,17 @@ AUDIT_RATES = StandardQuery(
        round(avg(invented_path::INT), 3) AS invented_path_rate,
        round(avg(words), 1) AS mean_words
 FROM audit""",
-    ("audit",))
+    ("audit",),
+)
 
 # The README's five example queries, in the order it shows them.
-EXAMPLES = [PASS_RATE_BY_COMPACTIONS, SUMMARY_LENGTH_PERCENTILES, TOOL_CALLS_PER_ROLLOUT,
-            SEAMS_BY_KIND_AND_SOURCE, QUARANTINE_REASONS]
+EXAMPLES = [
+    PASS_RATE_BY_COMPACTIONS,
+    SUMMARY_LENGTH_PERCENTILES,
+    TOOL_CALLS_PER_ROLLOUT,
+    SEAMS_BY_KIND_AND_SOURCE,
+    QUARANTINE_REASONS,
+]
 STANDARD = [*EXAMPLES, CORRECTION_TYPES, AUDIT_RATES]
 
 
@@ -116,12 +128,28 @@ def build_counts(con, out: Path) -> tuple[Counter, Counter, int]:
                sum(drift_realigned), count(DISTINCT task_id) FILTER (WHERE group_size = 1)
         FROM segments""").fetchone()
     rollouts, segments, calls, tokens, trainable, drift, groups_of_one = (int(v or 0) for v in row)
-    seams = Counter(dict(con.execute("SELECT seam_kind, count(*) FROM segments GROUP BY 1").fetchall()))
+    seams = Counter(
+        dict(con.execute("SELECT seam_kind, count(*) FROM segments GROUP BY 1").fetchall())
+    )
     # Correction records rejected by an SFT build are in quarantine.jsonl too, but they are
     # not input rollouts: only rollout records count towards read = accepted + quarantined.
-    quarantined = con.execute("SELECT count(*) FROM quarantine WHERE record = 'rollout'").fetchone()[0]
+    quarantined = con.execute(
+        "SELECT count(*) FROM quarantine WHERE record = 'rollout'"
+    ).fetchone()[0]
     manifest_path = out / "manifest.json"
-    empty = json.loads(manifest_path.read_text())["counts"].get("rollouts_without_segments", 0) if manifest_path.exists() else 0
-    counts = Counter(read=rollouts + empty + quarantined, accepted=rollouts + empty, quarantined=quarantined,
-                     segments=segments, calls=calls, tokens=tokens, trainable_tokens=trainable, drift_realigned=drift)
+    empty = (
+        json.loads(manifest_path.read_text())["counts"].get("rollouts_without_segments", 0)
+        if manifest_path.exists()
+        else 0
+    )
+    counts = Counter(
+        read=rollouts + empty + quarantined,
+        accepted=rollouts + empty,
+        quarantined=quarantined,
+        segments=segments,
+        calls=calls,
+        tokens=tokens,
+        trainable_tokens=trainable,
+        drift_realigned=drift,
+    )
     return counts, seams, groups_of_one

@@ -6,15 +6,23 @@ from rich.console import Console
 from rich.table import Table
 
 
-def summary_table(title: str, counts: dict, seams: dict, skipped: dict, groups_of_one: int) -> Table:
+def summary_table(
+    title: str, counts: dict, seams: dict, skipped: dict, groups_of_one: int
+) -> Table:
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("what")
     table.add_column("count", justify="right")
-    read, accepted, quarantined = counts.get("read", 0), counts.get("accepted", 0), counts.get("quarantined", 0)
+    read, accepted, quarantined = (
+        counts.get("read", 0),
+        counts.get("accepted", 0),
+        counts.get("quarantined", 0),
+    )
     table.add_row("rollouts read", f"{read:,}")
     table.add_row("accepted", f"{accepted:,}")
     table.add_row("quarantined", f"{quarantined:,}")
-    table.add_row("read = accepted + quarantined", "yes" if read == accepted + quarantined else "[red]NO[/]")
+    table.add_row(
+        "read = accepted + quarantined", "yes" if read == accepted + quarantined else "[red]NO[/]"
+    )
     for reason, n in sorted(skipped.items()):
         table.add_row(f"skipped (not a call): {reason}", f"{n:,}")
     table.add_row("segments", f"{counts.get('segments', 0):,}")

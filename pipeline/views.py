@@ -26,8 +26,15 @@ import duckdb
 
 TOOL_CALL_TOKEN = "<tool_call>"
 
-QUARANTINE_COLUMNS = {"file": "VARCHAR", "line": "BIGINT", "format": "VARCHAR", "record": "VARCHAR",
-                      "origin": "VARCHAR", "reason": "VARCHAR", "raw": "JSON"}
+QUARANTINE_COLUMNS = {
+    "file": "VARCHAR",
+    "line": "BIGINT",
+    "format": "VARCHAR",
+    "record": "VARCHAR",
+    "origin": "VARCHAR",
+    "reason": "VARCHAR",
+    "raw": "JSON",
+}
 
 
 class BuildDirError(ValueError):
@@ -40,12 +47,18 @@ def connect(build_dir: str | Path) -> duckdb.DuckDBPyConnection:
     if not out.is_dir():
         raise BuildDirError(f"{out} is not a directory")
     manifest = _manifest(out)
-    shards = [out / s for s in manifest["shards"]] if manifest else sorted(out.glob("train-*.parquet"))
+    shards = (
+        [out / s for s in manifest["shards"]] if manifest else sorted(out.glob("train-*.parquet"))
+    )
     if not shards:
-        raise BuildDirError(f"{out} holds no train-*.parquet shards; build it first with seam build-rl or seam build-sft")
+        raise BuildDirError(
+            f"{out} holds no train-*.parquet shards; build it first with seam build-rl or seam build-sft"
+        )
     missing = [s.name for s in shards if not s.exists()]
     if missing:
-        raise BuildDirError(f"{out}: shard(s) listed in manifest.json are missing: {', '.join(missing[:3])}; rebuild it")
+        raise BuildDirError(
+            f"{out}: shard(s) listed in manifest.json are missing: {', '.join(missing[:3])}; rebuild it"
+        )
     con = duckdb.connect()
     con.execute(f"CREATE VIEW segments AS SELECT * FROM read_parquet({_sql_list(shards)})")
     columns = {row[0] for row in con.execute("DESCRIBE segments").fetchall()}
@@ -60,8 +73,12 @@ def connect(build_dir: str | Path) -> duckdb.DuckDBPyConnection:
 
 
 def view_names(con: duckdb.DuckDBPyConnection) -> list[str]:
-    return [row[0] for row in con.execute(
-        "SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY view_name").fetchall()]
+    return [
+        row[0]
+        for row in con.execute(
+            "SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY view_name"
+        ).fetchall()
+    ]
 
 
 def _manifest(out: Path) -> dict | None:
@@ -89,8 +106,11 @@ def _sql_str(text: str) -> str:
 
 def _calls_sql(tool_call_id: int | None) -> str:
     # DuckDB lists are 1-based and slices inclusive: the output is [start+1, start+length].
-    tool_calls = (f"len(list_filter(s.input_ids[c.start + 1 : c.start + c.length], lambda t: t = {tool_call_id}))"
-                  if tool_call_id is not None else "CAST(NULL AS INTEGER)")
+    tool_calls = (
+        f"len(list_filter(s.input_ids[c.start + 1 : c.start + c.length], lambda t: t = {tool_call_id}))"
+        if tool_call_id is not None
+        else "CAST(NULL AS INTEGER)"
+    )
     return f"""
     CREATE VIEW calls AS
     SELECT s.rollout_id, s.task_id, s.source, s.segment_index, s.seam_kind, s.num_compactions,
@@ -129,8 +149,11 @@ FROM per_segment s JOIN per_call c USING (rollout_id)"""
 
 def _quarantine_sql(path: Path) -> str:
     columns = ", ".join(f"CAST(NULL AS {t}) AS {name}" for name, t in QUARANTINE_COLUMNS.items())
-    source = (f"read_json({_sql_str(str(path))}, format = 'newline_delimited', columns = {QUARANTINE_COLUMNS})"
-              if path.exists() else f"(SELECT {columns} WHERE false)")
+    source = (
+        f"read_json({_sql_str(str(path))}, format = 'newline_delimited', columns = {QUARANTINE_COLUMNS})"
+        if path.exists()
+        else f"(SELECT {columns} WHERE false)"
+    )
     # Blank the parts of a reason that name one record (rollout ids, quoted values,
     # numbers) so that reasons of the same kind group together.
     reason_kind = r"""left(regexp_replace(regexp_replace(regexp_replace(regexp_replace(

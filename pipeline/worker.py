@@ -20,9 +20,10 @@ import signal
 import sys
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -117,10 +118,16 @@ def die_with_parent(parent: int) -> None:
 
 def part_paths(out: str, index: int) -> tuple[Path, Path, Path]:
     base = Path(out) / ".parts" / f"part-{index:06d}"
-    return base.with_suffix(".arrow"), base.with_suffix(".quarantine.jsonl"), base.with_suffix(".json")
+    return (
+        base.with_suffix(".arrow"),
+        base.with_suffix(".quarantine.jsonl"),
+        base.with_suffix(".json"),
+    )
 
 
-def iter_task_records(task: Task, data: bytes | None = None) -> Iterator[tuple[int | None, Rollout | None, str | None, str | None]]:
+def iter_task_records(
+    task: Task, data: bytes | None = None
+) -> Iterator[tuple[int | None, Rollout | None, str | None, str | None]]:
     """(line, rollout, rejection reason, raw text) for each record of the task;
     ``(line, None, None, reason)`` for skipped non-call records. ``data``: the task's
     bytes when the build fed them (a range of a compressed file)."""
@@ -128,13 +135,21 @@ def iter_task_records(task: Task, data: bytes | None = None) -> Iterator[tuple[i
     if task.format == CANONICAL:
         try:
             groups = None if task.end is None else range(task.start, task.end)
-            records = (iter_parquet_records(path, groups) if path.suffix == ".parquet"
-                       else iter_jsonl_lines(path, task.start, task.end, task.first_line, data))
+            records = (
+                iter_parquet_records(path, groups)
+                if path.suffix == ".parquet"
+                else iter_jsonl_lines(path, task.start, task.end, task.first_line, data)
+            )
             for raw in records:
                 try:
                     yield raw.line, parse_rollout(raw.data), None, None
                 except ValueError as exc:
-                    yield raw.line, None, str(exc), raw.data[:RAW_EXCERPT_LIMIT].decode("utf-8", "replace")
+                    yield (
+                        raw.line,
+                        None,
+                        str(exc),
+                        raw.data[:RAW_EXCERPT_LIMIT].decode("utf-8", "replace"),
+                    )
         except UNREADABLE as exc:  # unreadable/corrupt file: one quarantine entry
             yield None, None, f"cannot read file: {type(exc).__name__}: {exc}", None
         return
@@ -142,7 +157,14 @@ def iter_task_records(task: Task, data: bytes | None = None) -> Iterator[tuple[i
 
     reader = REGISTRY.get(task.format)
     if reader is None:
-        yield None, None, _why_unrecognised(path) if task.format == UNRECOGNISED else f"unknown format {task.format!r}", None
+        yield (
+            None,
+            None,
+            _why_unrecognised(path)
+            if task.format == UNRECOGNISED
+            else f"unknown format {task.format!r}",
+            None,
+        )
         return
     try:
         for item in reader.read(path):
@@ -214,8 +236,13 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
     part_path, quarantine_path, marker = part_paths(config.out, task.index)
     segmenter = segmenter_for(config)
     rewards = rewards_for(config.rewards) if config.rewards else None
-    task_stage = config.stage.open_task(config.out, task.index) if config.stage is not None else None
-    batch = RowBatch(config.stage.extra_fields if config.stage is not None else (), config.options.require_outcome)
+    task_stage = (
+        config.stage.open_task(config.out, task.index) if config.stage is not None else None
+    )
+    batch = RowBatch(
+        config.stage.extra_fields if config.stage is not None else (),
+        config.options.require_outcome,
+    )
     stats: Counter = Counter()
     skipped: Counter = Counter()
     seams: Counter = Counter()
@@ -245,7 +272,12 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
         if task_stage is not None:
             rollout, reason, extra_entries = task_stage.prepare(rollout)
             for entry in extra_entries:
-                quarantine_lines.append(json.dumps({"file": task.path, "line": line, **entry}, ensure_ascii=False).encode() + b"\n")
+                quarantine_lines.append(
+                    json.dumps(
+                        {"file": task.path, "line": line, **entry}, ensure_ascii=False
+                    ).encode()
+                    + b"\n"
+                )
             if rollout is None:
                 reject(line, reason, None)
                 continue
@@ -281,8 +313,13 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
     _atomic_write(part_path, lambda tmp: feather.write_feather(table, tmp, compression="zstd"))
     _atomic_write(quarantine_path, lambda tmp: Path(tmp).write_bytes(b"".join(quarantine_lines)))
     result = {
-        "task": task.index, "file": task.path, "format": task.format, "rows": batch.num_rows,
-        "counts": dict(stats), "skipped": dict(skipped), "seams": dict(seams),
+        "task": task.index,
+        "file": task.path,
+        "format": task.format,
+        "rows": batch.num_rows,
+        "counts": dict(stats),
+        "skipped": dict(skipped),
+        "seams": dict(seams),
         "groups": group_table(table),
     }
     _atomic_write(marker, lambda tmp: Path(tmp).write_text(json.dumps(result, sort_keys=True)))
@@ -294,9 +331,11 @@ def group_table(table: pa.Table) -> dict[str, list]:
     NaN: no outcome) and rollout ordinal. Returned with the counts, so finalizing never
     re-reads the parts to group them."""
     first = table.filter(pc.equal(table["segment_index"], 0))
-    return {"task_id": first["task_id"].to_pylist(),
-            "reward": [None if math.isnan(r) else r for r in first["reward"].to_pylist()],
-            "ordinal": first[ROLLOUT_ORDINAL].to_pylist()}
+    return {
+        "task_id": first["task_id"].to_pylist(),
+        "reward": [None if math.isnan(r) else r for r in first["reward"].to_pylist()],
+        "ordinal": first[ROLLOUT_ORDINAL].to_pylist(),
+    }
 
 
 def _check_numbers(rollout: Rollout, vocab_size: int) -> None:
@@ -310,8 +349,10 @@ def _check_numbers(rollout: Rollout, vocab_size: int) -> None:
             ids = getattr(call, name)
             if ids and (min(ids) < 0 or max(ids) >= vocab_size):
                 bad = min(ids) if min(ids) < 0 else max(ids)
-                raise RejectedRollout(f"message {call.id}: {name} holds {bad}, not a token id of this tokenizer "
-                                      f"(vocabulary size {vocab_size}); was it logged with another tokenizer?")
+                raise RejectedRollout(
+                    f"message {call.id}: {name} holds {bad}, not a token id of this tokenizer "
+                    f"(vocabulary size {vocab_size}); was it logged with another tokenizer?"
+                )
 
 
 def _atomic_write(path: Path, write) -> None:

@@ -28,7 +28,9 @@ from pipeline.worker import part_paths
 SHARD_PATTERN = "train-{index:05d}-of-{total:05d}.parquet"
 
 
-def compute_group_stats(results: list[dict], use_std: bool) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], int]:
+def compute_group_stats(
+    results: list[dict], use_std: bool
+) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], int]:
     """Per task: (advantage, group_size) indexed by rollout ordinal; and how many task
     groups hold a single rollout (advantage 0, reported in the summary).
 
@@ -43,7 +45,9 @@ def compute_group_stats(results: list[dict], use_std: bool) -> tuple[dict[int, t
     result: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if not keys:
         return result, 0
-    adv, sizes = group_advantages(np.array(keys, dtype=object), np.array(rewards, dtype=np.float64), use_std)
+    adv, sizes = group_advantages(
+        np.array(keys, dtype=object), np.array(rewards, dtype=np.float64), use_std
+    )
     groups_of_one = len({k for k, n in zip(keys, sizes) if n == 1})
     per_task: dict[int, list[tuple[int, float, int]]] = {}
     for (t, o), a, s in zip(owners, adv, sizes):
@@ -57,7 +61,9 @@ def compute_group_stats(results: list[dict], use_std: bool) -> tuple[dict[int, t
     return result, groups_of_one
 
 
-def plan_shards(part_rows: list[tuple[int, int]], rows_per_shard: int) -> list[list[tuple[int, int, int]]]:
+def plan_shards(
+    part_rows: list[tuple[int, int]], rows_per_shard: int
+) -> list[list[tuple[int, int, int]]]:
     """Cut the parts' rows, in task order, into as few shards as hold at most
     ``rows_per_shard`` rows each, of equal size (±1 row, so that shards written in parallel
     finish together): for each shard the ``(task, offset, length)`` slices it is made of."""
@@ -79,8 +85,14 @@ def plan_shards(part_rows: list[tuple[int, int]], rows_per_shard: int) -> list[l
     return shards
 
 
-def write_shards(out: str, results: list[dict], rows_per_shard: int, use_std: bool,
-                 extra_fields=(), workers: int = 1) -> tuple[dict[str, str], int]:
+def write_shards(
+    out: str,
+    results: list[dict],
+    rows_per_shard: int,
+    use_std: bool,
+    extra_fields=(),
+    workers: int = 1,
+) -> tuple[dict[str, str], int]:
     """Write every shard from the tasks' results (in task order); returns
     ``{shard name: sha256}`` in shard order and the number of task groups of one.
 
@@ -94,11 +106,16 @@ def write_shards(out: str, results: list[dict], rows_per_shard: int, use_std: bo
     stats, groups_of_one = compute_group_stats(results, use_std)
     plan = plan_shards([(r["task"], r["rows"]) for r in results], rows_per_shard)
     names = [SHARD_PATTERN.format(index=i, total=len(plan)) for i in range(len(plan))]
-    jobs = [(out, name, pieces, {t: stats[t] for t, _, _ in pieces}, schema) for name, pieces in zip(names, plan)]
+    jobs = [
+        (out, name, pieces, {t: stats[t] for t, _, _ in pieces}, schema)
+        for name, pieces in zip(names, plan)
+    ]
     if workers > 1 and len(jobs) > 1:
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=min(workers, len(jobs)), thread_name_prefix="seam-shard") as pool:
+        with ThreadPoolExecutor(
+            max_workers=min(workers, len(jobs)), thread_name_prefix="seam-shard"
+        ) as pool:
             hashes = list(pool.map(_write_shard, jobs))
     else:
         hashes = [_write_shard(job) for job in jobs]
@@ -112,10 +129,16 @@ def _write_shard(job) -> str:
         part = feather.read_table(part_paths(out, task)[0], memory_map=False).slice(offset, length)
         adv, sizes = stats[task]
         ordinals = np.asarray(part[ROLLOUT_ORDINAL].to_pylist(), dtype=np.int64)
-        part = part.set_column(part.schema.get_field_index("advantage"), SHARD_SCHEMA.field("advantage"),
-                               numpy_array(adv[ordinals], pa.float32()))
-        part = part.set_column(part.schema.get_field_index("group_size"), SHARD_SCHEMA.field("group_size"),
-                               numpy_array(sizes[ordinals], pa.int32()))
+        part = part.set_column(
+            part.schema.get_field_index("advantage"),
+            SHARD_SCHEMA.field("advantage"),
+            numpy_array(adv[ordinals], pa.float32()),
+        )
+        part = part.set_column(
+            part.schema.get_field_index("group_size"),
+            SHARD_SCHEMA.field("group_size"),
+            numpy_array(sizes[ordinals], pa.int32()),
+        )
         tables.append(part.drop_columns([ROLLOUT_ORDINAL]).cast(schema))
     # Chunks stay as they are (one per part slice): the writer cuts row groups by row
     # count, and copying every token once more into one chunk doubled the write time.
@@ -134,8 +157,13 @@ def numpy_array(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
 
 def _write_parquet(path: Path, table: pa.Table) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd", row_group_size=256,
-                   use_dictionary=dictionary_columns(table.schema))
+    pq.write_table(
+        table,
+        tmp,
+        compression="zstd",
+        row_group_size=256,
+        use_dictionary=dictionary_columns(table.schema),
+    )
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -42,7 +42,9 @@ class OmittedItem(BaseModel):
     """A piece of working state the summary should have kept."""
 
     model_config = ConfigDict(extra="forbid")
-    kind: Literal["file_path", "error_message", "failing_command", "test_name", "constraint", "next_step"]
+    kind: Literal[
+        "file_path", "error_message", "failing_command", "test_name", "constraint", "next_step"
+    ]
     value: str
 
 
@@ -50,11 +52,17 @@ class Correction(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rollout_id: str
-    call_index: int = Field(ge=0, description="Index of the corrected call among the rollout's assistant calls.")
+    call_index: int = Field(
+        ge=0, description="Index of the corrected call among the rollout's assistant calls."
+    )
     type: CorrectionType
     verdict: Verdict
-    original: str = Field(description="The policy's original proposal at this call (rendered assistant text).")
-    replacement: str = Field(description="The executed replacement; must equal the rollout's output at this call.")
+    original: str = Field(
+        description="The policy's original proposal at this call (rendered assistant text)."
+    )
+    replacement: str = Field(
+        description="The executed replacement; must equal the rollout's output at this call."
+    )
     rationale: str = ""
     evidence: list[Evidence] = Field(default_factory=list)
     omitted: list[OmittedItem] = Field(default_factory=list)
@@ -80,6 +88,8 @@ class Finding(BaseModel):
     rationale: str = ""
     evidence: list[Evidence] = Field(default_factory=list)
     omitted: list[OmittedItem] = Field(default_factory=list)
-    proposal: str | None = Field(None, description="What the judge proposes instead (not executed).")
+    proposal: str | None = Field(
+        None, description="What the judge proposes instead (not executed)."
+    )
     judge_model: str = "unknown"
     prompt_hash: str | None = None

@@ -24,7 +24,7 @@ names the one that failed):
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -55,27 +55,48 @@ class MessageEvent(_Strict):
     id: str = Field(min_length=1)
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
-    reasoning: str | None = Field(None, description="Assistant reasoning text, when the model produced any.")
+    reasoning: str | None = Field(
+        None, description="Assistant reasoning text, when the model produced any."
+    )
     tool_calls: list[ToolCall] = Field(default_factory=list)
-    tool_call_id: str | None = Field(None, description="For role=tool: the call this result answers.")
+    tool_call_id: str | None = Field(
+        None, description="For role=tool: the call this result answers."
+    )
     name: str | None = Field(None, description="For role=tool: the tool's name.")
     kind: Literal["action", "summary"] | None = Field(
-        None, description="For role=assistant: an action step or a compaction summary. Defaults to action."
+        None,
+        description="For role=assistant: an action step or a compaction summary. Defaults to action.",
     )
     finish_reason: Literal["stop", "tool_calls", "length"] | None = Field(
-        None, description="For role=assistant: why generation stopped; 'length' marks a truncated output."
+        None,
+        description="For role=assistant: why generation stopped; 'length' marks a truncated output.",
     )
-    prompt_ids: list[int] | None = Field(None, description="Token ids of the call's input, as the engine logged them.")
-    output_ids: list[int] | None = Field(None, description="Token ids the policy sampled, end-of-turn token included.")
-    logprobs: list[float] | None = Field(None, description="Sampling log-probabilities, one per output id.")
+    prompt_ids: list[int] | None = Field(
+        None, description="Token ids of the call's input, as the engine logged them."
+    )
+    output_ids: list[int] | None = Field(
+        None, description="Token ids the policy sampled, end-of-turn token included."
+    )
+    logprobs: list[float] | None = Field(
+        None, description="Sampling log-probabilities, one per output id."
+    )
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _role_fields_fit(self) -> "MessageEvent":
+    def _role_fields_fit(self) -> MessageEvent:
         if self.role != "assistant":
-            for name in ("reasoning", "kind", "finish_reason", "prompt_ids", "output_ids", "logprobs"):
+            for name in (
+                "reasoning",
+                "kind",
+                "finish_reason",
+                "prompt_ids",
+                "output_ids",
+                "logprobs",
+            ):
                 if getattr(self, name) is not None:
-                    raise ValueError(f"message {self.id}: field '{name}' is only allowed on assistant messages")
+                    raise ValueError(
+                        f"message {self.id}: field '{name}' is only allowed on assistant messages"
+                    )
             if self.tool_calls:
                 raise ValueError(f"message {self.id}: only assistant messages carry tool_calls")
         if self.role == "tool" and not self.tool_call_id:
@@ -111,7 +132,7 @@ class Keep(_Strict):
     id: str = Field(min_length=1)
 
 
-ContextItem = Annotated[Union[Keep, MessageEvent], Field(discriminator="type")]
+ContextItem = Annotated[Keep | MessageEvent, Field(discriminator="type")]
 
 
 class RewriteEvent(_Strict):
@@ -125,7 +146,7 @@ class RewriteEvent(_Strict):
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
-Event = Annotated[Union[MessageEvent, RewriteEvent], Field(discriminator="type")]
+Event = Annotated[MessageEvent | RewriteEvent, Field(discriminator="type")]
 
 
 class Rollout(_Strict):
@@ -133,19 +154,27 @@ class Rollout(_Strict):
 
     schema_version: Literal["1.0"] = SCHEMA_VERSION
     rollout_id: str = Field(min_length=1)
-    task_id: str = Field(min_length=1, description="Group key: rollouts of one task form one GRPO group.")
-    source: str = Field(min_length=1, description="Where the rollout came from (reader or simulator name).")
+    task_id: str = Field(
+        min_length=1, description="Group key: rollouts of one task form one GRPO group."
+    )
+    source: str = Field(
+        min_length=1, description="Where the rollout came from (reader or simulator name)."
+    )
     model: str | None = None
-    tools: list[dict[str, Any]] = Field(default_factory=list, description="Tool schemas shown to the model (OpenAI style).")
+    tools: list[dict[str, Any]] = Field(
+        default_factory=list, description="Tool schemas shown to the model (OpenAI style)."
+    )
     events: list[Event]
     reward: float | None = None
     resolved: bool | None = None
-    parent_rollout_id: str | None = Field(None, description="For sub-agent rollouts: the rollout that spawned it.")
+    parent_rollout_id: str | None = Field(
+        None, description="For sub-agent rollouts: the rollout that spawned it."
+    )
     meta: dict[str, Any] = Field(default_factory=dict)
     corrections: list[Correction] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _events_replay(self) -> "Rollout":
+    def _events_replay(self) -> Rollout:
         seen: set[str] = set()
         open_calls: dict[str, str] = {}
         answered: set[str] = set()
@@ -167,14 +196,18 @@ class Rollout(_Strict):
                 last_call_msg = event
         if not any(isinstance(e, MessageEvent) and e.role == "assistant" for e in self.events):
             raise ValueError("rollout has no assistant call")
-        final_calls = {c.id for c in last_call_msg.tool_calls} if last_call_msg is not None else set()
+        final_calls = (
+            {c.id for c in last_call_msg.tool_calls} if last_call_msg is not None else set()
+        )
         unanswered = sorted(set(open_calls) - final_calls)
         if unanswered:
             raise ValueError(f"tool call(s) without a result: {', '.join(unanswered[:5])}")
         return self
 
     @staticmethod
-    def _check_message(msg: MessageEvent, seen: set, open_calls: dict, answered: set, in_rewrite: bool = False) -> None:
+    def _check_message(
+        msg: MessageEvent, seen: set, open_calls: dict, answered: set, in_rewrite: bool = False
+    ) -> None:
         if msg.id in seen:
             raise ValueError(f"duplicate message id {msg.id!r}")
         seen.add(msg.id)
@@ -188,7 +221,9 @@ class Rollout(_Strict):
             if msg.tool_call_id in answered:
                 raise ValueError(f"tool call {msg.tool_call_id!r} has more than one result")
             if msg.tool_call_id not in open_calls:
-                raise ValueError(f"tool result {msg.id!r} answers unknown tool call {msg.tool_call_id!r}")
+                raise ValueError(
+                    f"tool result {msg.id!r} answers unknown tool call {msg.tool_call_id!r}"
+                )
             answered.add(msg.tool_call_id)
             del open_calls[msg.tool_call_id]
 

@@ -16,10 +16,15 @@ from hypothesis import strategies as st
 from schemas.rollout import Keep, MessageEvent, RewriteEvent, Rollout, ToolCall
 
 # NFC-stable characters (the tokenizer normalizes to NFC), no '|' so no text spells a special token.
-ALPHABET = st.sampled_from(list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789 _-.,:;()[]{}<>=+*/'\"\n\té中文🙂"))
+ALPHABET = st.sampled_from(
+    list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789 _-.,:;()[]{}<>=+*/'\"\n\té中文🙂")
+)
 TEXT = st.text(ALPHABET, min_size=0, max_size=40)
 WORDS = st.text(ALPHABET, min_size=1, max_size=40)
-TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in ("grep", "read", "edit")]
+TOOLS = [
+    {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+    for n in ("grep", "read", "edit")
+]
 
 
 def oracle_output(msg: MessageEvent) -> str:
@@ -30,7 +35,13 @@ def oracle_output(msg: MessageEvent) -> str:
         if msg.content or i:
             text += "\n"
         args = json.loads(call.arguments)
-        text += '<tool_call>\n{"name": "' + call.name + '", "arguments": ' + json.dumps(args, ensure_ascii=False) + "}\n</tool_call>"
+        text += (
+            '<tool_call>\n{"name": "'
+            + call.name
+            + '", "arguments": '
+            + json.dumps(args, ensure_ascii=False)
+            + "}\n</tool_call>"
+        )
     return text + "<|im_end|>"
 
 
@@ -48,26 +59,55 @@ def rollouts(draw, task_id: str = "t", rollout_id: str = "r") -> Rollout:
         if op == "compact" and compactions < 3 and steps:
             compactions += 1
             q = MessageEvent(id=nid("m"), role="user", content="Summarize the work so far.")
-            summary = MessageEvent(id=nid("m"), role="assistant", kind="summary", content=draw(WORDS))
+            summary = MessageEvent(
+                id=nid("m"), role="assistant", kind="summary", content=draw(WORDS)
+            )
             events += [q, summary]
             keep_k = draw(st.integers(0, 2))
-            kept = [m for step in steps[len(steps) - keep_k:] for m in step] if keep_k else []
-            resume = MessageEvent(id=nid("m"), role="user", content="Resume from this summary:\n" + summary.content)
+            kept = [m for step in steps[len(steps) - keep_k :] for m in step] if keep_k else []
+            resume = MessageEvent(
+                id=nid("m"), role="user", content="Resume from this summary:\n" + summary.content
+            )
             context = [Keep(id=system.id), resume] + [Keep(id=m.id) for m in kept if m in live]
-            events.append(RewriteEvent(id=nid("w"), reason="compaction", trigger="budget", context=context))
+            events.append(
+                RewriteEvent(id=nid("w"), reason="compaction", trigger="budget", context=context)
+            )
             live = [system, resume] + [m for m in kept if m in live]
             continue
         if op == "edit" and any(m.role == "tool" for m in live):
             dropped = draw(st.sampled_from([m.id for m in live if m.role == "tool"]))
             live = [m for m in live if m.id != dropped]
-            events.append(RewriteEvent(id=nid("w"), reason="edit", trigger="model", context=[Keep(id=m.id) for m in live]))
+            events.append(
+                RewriteEvent(
+                    id=nid("w"),
+                    reason="edit",
+                    trigger="model",
+                    context=[Keep(id=m.id) for m in live],
+                )
+            )
             continue
         n_calls = draw(st.integers(0, 2))
-        calls = [ToolCall(id=nid("c"), name=draw(st.sampled_from(["grep", "read", "edit"])),
-                          arguments=json.dumps({"arg": draw(TEXT)}, ensure_ascii=False)) for _ in range(n_calls)]
-        action = MessageEvent(id=nid("m"), role="assistant", content=draw(TEXT), tool_calls=calls,
-                              reasoning=draw(st.one_of(st.none(), WORDS)))
-        results = [MessageEvent(id=nid("m"), role="tool", tool_call_id=c.id, name=c.name, content=draw(TEXT)) for c in calls]
+        calls = [
+            ToolCall(
+                id=nid("c"),
+                name=draw(st.sampled_from(["grep", "read", "edit"])),
+                arguments=json.dumps({"arg": draw(TEXT)}, ensure_ascii=False),
+            )
+            for _ in range(n_calls)
+        ]
+        action = MessageEvent(
+            id=nid("m"),
+            role="assistant",
+            content=draw(TEXT),
+            tool_calls=calls,
+            reasoning=draw(st.one_of(st.none(), WORDS)),
+        )
+        results = [
+            MessageEvent(
+                id=nid("m"), role="tool", tool_call_id=c.id, name=c.name, content=draw(TEXT)
+            )
+            for c in calls
+        ]
         step = [action] + results
         events += step
         live += step
@@ -76,7 +116,14 @@ def rollouts(draw, task_id: str = "t", rollout_id: str = "r") -> Rollout:
         final = MessageEvent(id=nid("m"), role="assistant", content=draw(WORDS))
         events.append(final)
     reward = float(draw(st.integers(0, 1)))
-    return Rollout(rollout_id=rollout_id, task_id=task_id, source="hypothesis", tools=TOOLS, events=events, reward=reward)
+    return Rollout(
+        rollout_id=rollout_id,
+        task_id=task_id,
+        source="hypothesis",
+        tools=TOOLS,
+        events=events,
+        reward=reward,
+    )
 
 
 def log_token_ids(rollout: Rollout, renderer, mode: str, split_at: int) -> Rollout:
@@ -91,7 +138,11 @@ def log_token_ids(rollout: Rollout, renderer, mode: str, split_at: int) -> Rollo
         if mode == "noncanonical":
             text = renderer.decode(output[:-1])
             cut = min(split_at, len(text))
-            output = renderer.encode(text[:cut]).tolist() + renderer.encode(text[cut:]).tolist() + [output[-1]]
+            output = (
+                renderer.encode(text[:cut]).tolist()
+                + renderer.encode(text[cut:]).tolist()
+                + [output[-1]]
+            )
         call.message.output_ids = output
         call.message.logprobs = [-0.25] * len(output)
         if mode != "output":

@@ -47,22 +47,44 @@ def sample_rollouts():
 
 def build(tmp_path: Path, inputs, name="out", **options) -> tuple:
     out = tmp_path / name
-    result = run_build(BuildConfig(inputs=[str(i) for i in inputs], out=str(out), progress=False, workers=1, **options))
+    result = run_build(
+        BuildConfig(
+            inputs=[str(i) for i in inputs], out=str(out), progress=False, workers=1, **options
+        )
+    )
     return out, result
 
 
 def test_quarantine_accounts_for_every_line_and_good_rows_survive(tmp_path, sample_rollouts):
     src = tmp_path / "mixed.jsonl"
-    write_rollouts(src, sample_rollouts[:6], broken={
-        1: b'{"rollout_id": "x", "task_id"',  # truncated JSON
-        3: b'{"rollout_id": "y", "task_id": "t", "source": "s", "events": [{"type": "teleport"}]}',
-        5: b"[1, 2, 3]",
-        7: json.dumps({"rollout_id": "z", "task_id": "t", "source": "s", "reward": 1, "events": [
-            {"type": "message", "id": "a", "role": "assistant", "content": "",
-             "tool_calls": [{"id": "c", "name": "f", "arguments": "{}"}]},
-            {"type": "message", "id": "b", "role": "user", "content": "hi"},
-            {"type": "message", "id": "d", "role": "assistant", "content": "x"}]}).encode(),
-    })
+    write_rollouts(
+        src,
+        sample_rollouts[:6],
+        broken={
+            1: b'{"rollout_id": "x", "task_id"',  # truncated JSON
+            3: b'{"rollout_id": "y", "task_id": "t", "source": "s", "events": [{"type": "teleport"}]}',
+            5: b"[1, 2, 3]",
+            7: json.dumps(
+                {
+                    "rollout_id": "z",
+                    "task_id": "t",
+                    "source": "s",
+                    "reward": 1,
+                    "events": [
+                        {
+                            "type": "message",
+                            "id": "a",
+                            "role": "assistant",
+                            "content": "",
+                            "tool_calls": [{"id": "c", "name": "f", "arguments": "{}"}],
+                        },
+                        {"type": "message", "id": "b", "role": "user", "content": "hi"},
+                        {"type": "message", "id": "d", "role": "assistant", "content": "x"},
+                    ],
+                }
+            ).encode(),
+        },
+    )
     out, result = build(tmp_path, [src])
     assert result.counts["read"] == 10
     assert result.counts["accepted"] == 6 and result.counts["quarantined"] == 4
@@ -104,13 +126,16 @@ def test_shards_load_unchanged_in_datasets_polars_and_duckdb(tmp_path, sample_ro
     assert ds[0]["input_ids"] == arrow["input_ids"][0].as_py()
     assert str(ds.features["loss_mask"].feature.dtype) == "int8"
 
-    lazy = pl.scan_parquet(str(out / "train-*.parquet")).select(pl.col("num_tokens").sum()).collect()
+    lazy = (
+        pl.scan_parquet(str(out / "train-*.parquet")).select(pl.col("num_tokens").sum()).collect()
+    )
     assert lazy.item() == sum(len(x) for x in arrow["input_ids"].to_pylist())
 
     con = duckdb.connect()
     n, bad = con.execute(
         f"SELECT count(*), count(*) FILTER (WHERE len(input_ids) <> len(loss_mask)) "
-        f"FROM read_parquet('{out}/train-*.parquet')").fetchone()
+        f"FROM read_parquet('{out}/train-*.parquet')"
+    ).fetchone()
     assert n == arrow.num_rows and bad == 0
 
 
@@ -134,7 +159,9 @@ def test_advantages_are_per_rollout_and_sum_to_zero_per_task(tmp_path, sample_ro
 def test_more_segments_never_change_a_rollouts_advantage(tmp_path, sample_rollouts):
     src = _clean(tmp_path, sample_rollouts)
     plain, _ = build(tmp_path, [src], name="plain")
-    split, result = build(tmp_path, [src], name="split", chat_template="chatml-tools-drop-reasoning")
+    split, result = build(
+        tmp_path, [src], name="split", chat_template="chatml-tools-drop-reasoning"
+    )
     assert result.seams.get("template", 0) > 0
     q = "SELECT rollout_id, any_value(advantage), count(*) FROM read_parquet('{}/train-*.parquet') GROUP BY 1 ORDER BY 1"
     a = duckdb.sql(q.format(plain)).fetchall()
@@ -146,10 +173,10 @@ def test_more_segments_never_change_a_rollouts_advantage(tmp_path, sample_rollou
 def test_trainable_tokens_after_and_loss_weights_are_consistent(tmp_path, sample_rollouts):
     out, _ = build(tmp_path, [_clean(tmp_path, sample_rollouts)])
     df = pl.read_parquet(sorted(out.glob("train-*.parquet")))
-    for (rid,), group in df.group_by(["rollout_id"]):
+    for (_rid,), group in df.group_by(["rollout_id"]):
         group = group.sort("segment_index")
         n = group["num_trainable_tokens"].to_list()
-        assert group["trainable_tokens_after"].to_list() == [sum(n[i + 1:]) for i in range(len(n))]
+        assert group["trainable_tokens_after"].to_list() == [sum(n[i + 1 :]) for i in range(len(n))]
         assert set(group["rollout_trainable_tokens"].to_list()) == {sum(n)}
         assert np.allclose(group["loss_weight_per_rollout"].to_numpy(), 1 / len(group))
         assert group["segment_index"].to_list() == list(range(len(group)))
@@ -176,7 +203,9 @@ def test_workers_and_chunking_do_not_change_a_single_byte(tmp_path, sample_rollo
     src = _clean(tmp_path, sample_rollouts * 3)
     one, _ = build(tmp_path, [src], name="w1")
     out = tmp_path / "w2"
-    run_build(BuildConfig(inputs=[str(src)], out=str(out), progress=False, workers=2, chunk_bytes=1 << 14))
+    run_build(
+        BuildConfig(inputs=[str(src)], out=str(out), progress=False, workers=2, chunk_bytes=1 << 14)
+    )
     chunked_manifest = json.loads((out / "manifest.json").read_text())
     assert _rows(one) == _rows(out)
     again, _ = build(tmp_path, [src], name="w1-again")
@@ -197,9 +226,8 @@ def test_bad_configuration_fails_fast_with_one_line(tmp_path, sample_rollouts):
     out, _ = build(tmp_path, [src], name="taken")
     with pytest.raises(BuildError, match="different build"):
         build(tmp_path, [src], name="taken", mask_summaries=True)
-    with pytest.raises(BuildError, match="in use by another seam build"):
-        with OutputLock(out):
-            build(tmp_path, [src], name="taken")
+    with pytest.raises(BuildError, match="in use by another seam build"), OutputLock(out):
+        build(tmp_path, [src], name="taken")
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
@@ -215,12 +243,18 @@ def test_rerun_of_a_finished_build_is_up_to_date(tmp_path, sample_rollouts):
     assert not list(out.glob(".*"))  # no lock, no temporary files, no parts left
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(st.lists(rollouts(), min_size=1, max_size=5), st.lists(st.binary(max_size=60), max_size=4))
 def test_read_equals_accepted_plus_quarantined_for_any_mix(tmp_path_factory, items, junk):
     tmp = tmp_path_factory.mktemp("mix")
     items = [r.model_copy(update={"rollout_id": f"r{i}"}) for i, r in enumerate(items)]
-    lines = [rollout_to_json(r) for r in items] + [j.replace(b"\n", b" ") for j in junk if j.strip()]
+    lines = [rollout_to_json(r) for r in items] + [
+        j.replace(b"\n", b" ") for j in junk if j.strip()
+    ]
     src = tmp / "in.jsonl"
     src.write_bytes(b"\n".join(lines) + b"\n")
     out, result = build(tmp, [src])
@@ -230,7 +264,9 @@ def test_read_equals_accepted_plus_quarantined_for_any_mix(tmp_path_factory, ite
     assert len((out / "quarantine.jsonl").read_text().splitlines()) == c["quarantined"]
 
 
-def test_a_compressed_file_is_split_into_ranges_fed_in_order_with_exact_line_numbers(tmp_path, sample_rollouts):
+def test_a_compressed_file_is_split_into_ranges_fed_in_order_with_exact_line_numbers(
+    tmp_path, sample_rollouts
+):
     import zstandard
 
     from pipeline.canonical_io import RangeFeeder, iter_jsonl_lines
@@ -239,7 +275,10 @@ def test_a_compressed_file_is_split_into_ranges_fed_in_order_with_exact_line_num
     plain = tmp_path / "mixed.jsonl"
     write_rollouts(plain, sample_rollouts[:12], broken={9: b'{"rollout_id": "cut", "task_id"'})
     data = plain.read_bytes()
-    sources = {".jsonl.gz": gzip.compress(data), ".jsonl.zst": zstandard.ZstdCompressor().compress(data)}
+    sources = {
+        ".jsonl.gz": gzip.compress(data),
+        ".jsonl.zst": zstandard.ZstdCompressor().compress(data),
+    }
     reference, _ = build(tmp_path, [plain], name="plain")
     for suffix, blob in sources.items():
         src = tmp_path / f"mixed{suffix}"
@@ -251,20 +290,37 @@ def test_a_compressed_file_is_split_into_ranges_fed_in_order_with_exact_line_num
         pieces = [feeder.data_for(str(src), t.start, t.end) for t in tasks]
         feeder.close()
         assert b"".join(pieces) == data and all(p.endswith(b"\n") for p in pieces)
-        assert [p.count(b"\n") for p in pieces] == [b.first_line - a.first_line for a, b in zip(tasks, tasks[1:])] + [
-            data.count(b"\n") + 1 - tasks[-1].first_line]
+        assert [p.count(b"\n") for p in pieces] == [
+            b.first_line - a.first_line for a, b in zip(tasks, tasks[1:])
+        ] + [data.count(b"\n") + 1 - tasks[-1].first_line]
         # A worker that is not fed its range reads the stream itself: same records.
         whole = [(r.line, r.data) for r in iter_jsonl_lines(plain)]
-        assert [(r.line, r.data) for t in tasks for r in iter_jsonl_lines(src, t.start, t.end, t.first_line)] == whole
+        assert [
+            (r.line, r.data)
+            for t in tasks
+            for r in iter_jsonl_lines(src, t.start, t.end, t.first_line)
+        ] == whole
         for workers in (1, 2):
             out = tmp_path / f"out{suffix}{workers}"
-            run_build(BuildConfig(inputs=[str(src)], out=str(out), progress=False, workers=workers, chunk_bytes=1 << 14))
+            run_build(
+                BuildConfig(
+                    inputs=[str(src)],
+                    out=str(out),
+                    progress=False,
+                    workers=workers,
+                    chunk_bytes=1 << 14,
+                )
+            )
             assert _rows(out) == _rows(reference)
-            entries = [json.loads(line) for line in (out / "quarantine.jsonl").read_text().splitlines()]
+            entries = [
+                json.loads(line) for line in (out / "quarantine.jsonl").read_text().splitlines()
+            ]
             assert [(e["line"], e["file"]) for e in entries] == [(10, str(src))]
 
 
-def test_a_canonical_parquet_file_is_split_by_row_groups_with_exact_row_numbers(tmp_path, sample_rollouts):
+def test_a_canonical_parquet_file_is_split_by_row_groups_with_exact_row_numbers(
+    tmp_path, sample_rollouts
+):
     from pipeline.inputs import plan_tasks
 
     plain = tmp_path / "mixed.jsonl"
@@ -278,5 +334,13 @@ def test_a_canonical_parquet_file_is_split_by_row_groups_with_exact_row_numbers(
     assert [t.first_line for t in tasks] == [2 * t.start + 1 for t in tasks]
     for workers in (1, 2):
         out = tmp_path / f"pq{workers}"
-        result = run_build(BuildConfig(inputs=[str(src)], out=str(out), progress=False, workers=workers, chunk_bytes=1 << 14))
+        result = run_build(
+            BuildConfig(
+                inputs=[str(src)],
+                out=str(out),
+                progress=False,
+                workers=workers,
+                chunk_bytes=1 << 14,
+            )
+        )
         assert _rows(out) == _rows(reference) and result.counts["read"] == 12

@@ -16,21 +16,38 @@ SESSION = "5b1d6c2e-0000-4000-8000-00000000c0de"
 
 def test_claude_code_session_with_rewards_file_builds_in_one_step(tmp_path):
     rewards = tmp_path / "rewards.jsonl"
-    rewards.write_text(json.dumps({"session_id": SESSION, "reward": 1.0, "task_id": "fix-test"}) + "\n")
+    rewards.write_text(
+        json.dumps({"session_id": SESSION, "reward": 1.0, "task_id": "fix-test"}) + "\n"
+    )
     out = tmp_path / "rl"
-    result = run_build(BuildConfig(inputs=[str(FIXTURES / "claude_code" / "compact_auto.jsonl")], out=str(out),
-                                   rewards=str(rewards), progress=False, workers=1))
+    result = run_build(
+        BuildConfig(
+            inputs=[str(FIXTURES / "claude_code" / "compact_auto.jsonl")],
+            out=str(out),
+            rewards=str(rewards),
+            progress=False,
+            workers=1,
+        )
+    )
     assert result.counts["accepted"] == 1 and result.counts["rewards_matched"] == 1
-    rows = duckdb.sql(f"SELECT task_id, reward, seam_kind, seam_trigger FROM '{out}/train-*.parquet' "
-                      "ORDER BY segment_index").fetchall()
+    rows = duckdb.sql(
+        f"SELECT task_id, reward, seam_kind, seam_trigger FROM '{out}/train-*.parquet' "
+        "ORDER BY segment_index"
+    ).fetchall()
     assert [r[:2] for r in rows] == [("fix-test", 1.0)] * len(rows)
     assert [r[2] for r in rows] == ["none", "compaction"] and rows[1][3] == "budget"
 
 
 def test_without_rewards_the_session_is_quarantined_with_the_fix_named(tmp_path):
     out = tmp_path / "rl"
-    result = run_build(BuildConfig(inputs=[str(FIXTURES / "claude_code" / "compact_auto.jsonl")], out=str(out),
-                                   progress=False, workers=1))
+    result = run_build(
+        BuildConfig(
+            inputs=[str(FIXTURES / "claude_code" / "compact_auto.jsonl")],
+            out=str(out),
+            progress=False,
+            workers=1,
+        )
+    )
     assert result.counts["quarantined"] == 1
     entry = json.loads((out / "quarantine.jsonl").read_text())
     assert "--rewards FILE" in entry["reason"] and entry["format"] == "claude-code"
@@ -40,6 +57,12 @@ def test_a_malformed_rewards_file_fails_before_any_work(tmp_path):
     rewards = tmp_path / "rewards.jsonl"
     rewards.write_text('{"session_id": "x", "reward": "lots"}\n')
     with pytest.raises(BuildError, match="is not a number"):
-        run_build(BuildConfig(inputs=[str(FIXTURES / "claude_code" / "compact_auto.jsonl")],
-                              out=str(tmp_path / "rl"), rewards=str(rewards), progress=False))
+        run_build(
+            BuildConfig(
+                inputs=[str(FIXTURES / "claude_code" / "compact_auto.jsonl")],
+                out=str(tmp_path / "rl"),
+                rewards=str(rewards),
+                progress=False,
+            )
+        )
     assert not (tmp_path / "rl").exists()

@@ -12,8 +12,11 @@ from pipeline.segment import replay
 from pipeline.tokenizer import CHAT_TEMPLATES, load_tokenizer
 from tests.strategies import TOOLS, rollouts
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                          HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 # Exercises every feature the environment adds: tojson options, namespace, dict,
 # loop controls, raise_exception, the generation tag and whitespace control.
@@ -42,15 +45,28 @@ def test_shipped_templates_render_like_apply_chat_template(name, rollout):
     for call in replay(rollout):
         messages = [template_message(m) for m in call.context]
         for gen in (True, False):
-            expected = hf.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=gen, tokenize=False)
-            assert ours.render(messages=messages, tools=TOOLS, add_generation_prompt=gen,
-                               **hf.special_tokens_map) == expected
+            expected = hf.apply_chat_template(
+                messages, tools=TOOLS, add_generation_prompt=gen, tokenize=False
+            )
+            assert (
+                ours.render(
+                    messages=messages,
+                    tools=TOOLS,
+                    add_generation_prompt=gen,
+                    **hf.special_tokens_map,
+                )
+                == expected
+            )
 
 
 def test_every_added_feature_renders_like_apply_chat_template():
     hf = load_tokenizer()
-    messages = [{"role": "system", "content": 'a "quoted" <b>é</b>'}, {"role": "skip", "content": "x"},
-                {"role": "user", "content": "u\nv"}, {"role": "assistant", "content": "done"}]
+    messages = [
+        {"role": "system", "content": 'a "quoted" <b>é</b>'},
+        {"role": "skip", "content": "x"},
+        {"role": "user", "content": "u\nv"},
+        {"role": "assistant", "content": "done"},
+    ]
     expected = hf.apply_chat_template(messages, chat_template=FEATURES, tokenize=False)
     assert compile_chat_template(FEATURES).render(messages=messages) == expected
     assert "<b>é</b>" in expected  # tojson neither escapes HTML nor non-ASCII
@@ -59,11 +75,14 @@ def test_every_added_feature_renders_like_apply_chat_template():
         compile_chat_template(FEATURES).render(messages=too_many)
 
 
-@pytest.mark.parametrize("template", [
-    "{% set ns = namespace(_x=1) %}",
-    "{% set ns = namespace() %}{% set ns._x = 1 %}",
-    "{{ ''.__class__ }}{{ messages.__class__.__mro__ }}",
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{% set ns = namespace(_x=1) %}",
+        "{% set ns = namespace() %}{% set ns._x = 1 %}",
+        "{{ ''.__class__ }}{{ messages.__class__.__mro__ }}",
+    ],
+)
 def test_the_sandbox_refuses_underscore_names_and_internals(template):
     with pytest.raises(jinja2.exceptions.SecurityError):
         compile_chat_template(template).render(messages=[])

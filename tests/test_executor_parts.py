@@ -17,7 +17,12 @@ from pipeline.write import plan_shards
 def test_shards_hold_every_row_once_in_order_with_equal_sizes(part_rows, per_shard):
     parts = list(enumerate(part_rows))
     plan = plan_shards(parts, per_shard)
-    rows = [(task, offset + i) for shard in plan for task, offset, length in shard for i in range(length)]
+    rows = [
+        (task, offset + i)
+        for shard in plan
+        for task, offset, length in shard
+        for i in range(length)
+    ]
     assert rows == [(task, i) for task, n in parts for i in range(n)]
     sizes = [sum(length for _, _, length in shard) for shard in plan]
     total = sum(part_rows)
@@ -26,7 +31,10 @@ def test_shards_hold_every_row_once_in_order_with_equal_sizes(part_rows, per_sha
 
 
 def test_tasks_run_off_the_main_thread_and_their_errors_reach_the_caller():
-    assert worker._on_helper_thread(lambda: threading.current_thread() is threading.main_thread()) is False
+    assert (
+        worker._on_helper_thread(lambda: threading.current_thread() is threading.main_thread())
+        is False
+    )
 
     def boom():
         raise KeyError("lost record")
@@ -41,7 +49,9 @@ def test_the_encode_cache_gives_fresh_ids_and_stays_within_its_budget(renderer, 
     texts = [f"def f{i}(x):\n    return x * {i}  # <|im_end|>\n" for i in range(40)]
     first = fresh.encode_many(texts)
     again = fresh.encode_many(texts[::-1])[::-1]
-    expected = [np.asarray(e.ids) for e in renderer.backend.encode_batch(texts, add_special_tokens=False)]
+    expected = [
+        np.asarray(e.ids) for e in renderer.backend.encode_batch(texts, add_special_tokens=False)
+    ]
     for a, b, c in zip(first, again, expected):
         assert a.tolist() == b.tolist() == c.tolist()
     assert fresh._cached_tokens == sum(len(v) for v in fresh._encode_cache.values()) <= 64

@@ -39,16 +39,23 @@ def test_incremental_equals_full_rendering_on_every_sample_rollout(sample, templ
     for rollout in sample:
         a, b = fast_seg.segments(rollout), full_seg.segments(rollout)
         assert [s.tokens.tolist() for s in a] == [s.tokens.tolist() for s in b], rollout.rollout_id
-        assert [(s.seam_kind, [(x.start, x.length) for x in s.spans]) for s in a] == \
-               [(s.seam_kind, [(x.start, x.length) for x in s.spans]) for s in b]
+        assert [(s.seam_kind, [(x.start, x.length) for x in s.spans]) for s in a] == [
+            (s.seam_kind, [(x.start, x.length) for x in s.spans]) for s in b
+        ]
 
 
 def _peak_rss_mb(args: list[str]) -> float:
     """Peak RSS of a ``seam build-rl`` run in a fresh child process."""
-    code = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL);"
-            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    out = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "pipeline.cli", "build-rl", *args],
-                         check=True, capture_output=True, text=True).stdout
+    code = (
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL);"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, sys.executable, "-m", "pipeline.cli", "build-rl", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return int(out.split()[-1]) / 1024
 
 
@@ -65,7 +72,14 @@ def test_memory_does_not_grow_with_input_size(sample, tmp_path):
     small, large = tmp_path / "small.jsonl", tmp_path / "large.jsonl"
     base = sample[:12]
     write_canonical_jsonl(base, small)
-    write_canonical_jsonl([r.model_copy(update={"rollout_id": f"{r.rollout_id}~{k}"}) for k in range(8) for r in base], large)
+    write_canonical_jsonl(
+        [
+            r.model_copy(update={"rollout_id": f"{r.rollout_id}~{k}"})
+            for k in range(8)
+            for r in base
+        ],
+        large,
+    )
     common = ["--workers", "1", "--chunk-mb", "0.5", "--rows-per-shard", "64", "--no-progress"]
     rss_small = _peak_rss_mb([str(small), "--out", str(tmp_path / "a"), *common])
     rss_large = _peak_rss_mb([str(large), "--out", str(tmp_path / "b"), *common])

@@ -31,7 +31,9 @@ def trained_texts(renderer, segments) -> list[str]:
     for seg in segments:
         masked = mask_segment(seg, MaskOptions(), renderer.eos_id, [False] * len(seg.spans))
         assert len(masked.loss_mask) == len(seg.tokens)
-        texts += [renderer.decode(seg.tokens[a:b]) for a, b in masked_runs(seg.tokens, masked.loss_mask)]
+        texts += [
+            renderer.decode(seg.tokens[a:b]) for a, b in masked_runs(seg.tokens, masked.loss_mask)
+        ]
     return texts
 
 
@@ -44,14 +46,18 @@ def test_decoding_the_masked_spans_gives_every_generated_output_exactly_once(ren
 
 @SETTINGS
 @given(rollouts())
-def test_every_call_input_is_a_prefix_of_its_segment_as_apply_chat_template_renders_it(renderer, tokenizer, rollout):
+def test_every_call_input_is_a_prefix_of_its_segment_as_apply_chat_template_renders_it(
+    renderer, tokenizer, rollout
+):
     segments = Segmenter(renderer).segments(rollout)
     calls = {c.index: c for c in replay(rollout)}
     for seg in segments:
         for span in seg.spans:
             context = [template_message(m) for m in calls[span.call_index].context]
-            text = tokenizer.apply_chat_template(context, tools=TOOLS, add_generation_prompt=True, tokenize=False)
-            assert renderer.decode(seg.tokens[:span.start]) == text
+            text = tokenizer.apply_chat_template(
+                context, tools=TOOLS, add_generation_prompt=True, tokenize=False
+            )
+            assert renderer.decode(seg.tokens[: span.start]) == text
 
 
 @SETTINGS
@@ -65,22 +71,32 @@ def test_seams_are_exactly_the_rewrites_that_change_the_token_prefix(renderer, r
 
 @SETTINGS
 @given(rollouts(), st.sampled_from(["full", "output", "noncanonical"]), st.integers(1, 30))
-def test_logged_ids_are_trained_verbatim_and_drift_is_realigned_not_split(renderer, rollout, mode, split_at):
+def test_logged_ids_are_trained_verbatim_and_drift_is_realigned_not_split(
+    renderer, rollout, mode, split_at
+):
     logged = log_token_ids(rollout, renderer, mode, split_at)
     plain = Segmenter(renderer).segments(rollout)
     segments = Segmenter(renderer).segments(logged)
     assert [s.seam_kind for s in segments] == [s.seam_kind for s in plain]
-    outputs = [seg.tokens[s.start:s.start + s.length].tolist() for seg in segments for s in seg.spans]
+    outputs = [
+        seg.tokens[s.start : s.start + s.length].tolist() for seg in segments for s in seg.spans
+    ]
     assert outputs == [c.output_ids for c in logged.calls()]
     # Whatever the ids, every segment spells the same text as the rendered one.
-    assert [renderer.decode(s.tokens) for s in segments] == [renderer.decode(s.tokens) for s in plain]
+    assert [renderer.decode(s.tokens) for s in segments] == [
+        renderer.decode(s.tokens) for s in plain
+    ]
 
 
 @SETTINGS
 @given(rollouts())
-def test_template_that_drops_reasoning_splits_at_every_call_after_reasoning(drop_reasoning_renderer, rollout):
+def test_template_that_drops_reasoning_splits_at_every_call_after_reasoning(
+    drop_reasoning_renderer, rollout
+):
     segments = Segmenter(drop_reasoning_renderer).segments(rollout)
-    assert trained_texts(drop_reasoning_renderer, segments) == [oracle_output(c) for c in rollout.calls()]
+    assert trained_texts(drop_reasoning_renderer, segments) == [
+        oracle_output(c) for c in rollout.calls()
+    ]
     calls = rollout.calls()
     for prev_seg, seg in zip(segments, segments[1:]):
         if seg.seam_kind == "template":
@@ -88,8 +104,12 @@ def test_template_that_drops_reasoning_splits_at_every_call_after_reasoning(drop
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.floats(-3, 3, allow_nan=False)), min_size=1, max_size=40),
-       st.booleans())
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.floats(-3, 3, allow_nan=False)), min_size=1, max_size=40
+    ),
+    st.booleans(),
+)
 def test_group_advantages_sum_to_zero_over_rollouts_of_each_task(items, use_std):
     groups = np.array([g for g, _ in items])
     rewards = np.array([r for _, r in items])
@@ -103,10 +123,21 @@ def test_group_advantages_sum_to_zero_over_rollouts_of_each_task(items, use_std)
 
 
 def test_group_advantage_hand_computed():
-    adv, _ = group_advantages(np.array(["a", "a", "a", "a", "b"]), np.array([1.0, 0.0, 0.0, 0.0, 1.0]))
+    adv, _ = group_advantages(
+        np.array(["a", "a", "a", "a", "b"]), np.array([1.0, 0.0, 0.0, 0.0, 1.0])
+    )
     # mean 0.25, population std sqrt(0.1875) = 0.4330127
-    assert np.allclose(adv, [0.75 / (0.4330127 + 1e-6), -0.25 / (0.4330127 + 1e-6), -0.25 / (0.4330127 + 1e-6),
-                             -0.25 / (0.4330127 + 1e-6), 0.0], atol=1e-6)
+    assert np.allclose(
+        adv,
+        [
+            0.75 / (0.4330127 + 1e-6),
+            -0.25 / (0.4330127 + 1e-6),
+            -0.25 / (0.4330127 + 1e-6),
+            -0.25 / (0.4330127 + 1e-6),
+            0.0,
+        ],
+        atol=1e-6,
+    )
     adv, _ = group_advantages(np.array(["a", "a"]), np.array([1.0, 0.0]), use_std=False)
     assert adv.tolist() == [0.5, -0.5]
 
@@ -114,7 +145,7 @@ def test_group_advantage_hand_computed():
 @given(st.lists(st.integers(0, 1000), min_size=1, max_size=10))
 def test_trainable_tokens_after_counts_later_segments_only(n_s):
     after = trainable_tokens_after(n_s)
-    assert after == [sum(n_s[i + 1:]) for i in range(len(n_s))]
+    assert after == [sum(n_s[i + 1 :]) for i in range(len(n_s))]
 
 
 def test_rollouts_without_outcome_get_zero_and_do_not_move_their_group():

@@ -11,30 +11,65 @@ from schemas.rollout import Rollout
 IM_START, IM_END, NEWLINE = 151644, 151645, 198
 SYSTEM, USER, ASSISTANT = 8948, 872, 77091
 
-CALL_1 = 'Reading.\n<tool_call>\n{"name": "read", "arguments": {"path": "a.py"}}\n</tool_call><|im_end|>'
+CALL_1 = (
+    'Reading.\n<tool_call>\n{"name": "read", "arguments": {"path": "a.py"}}\n</tool_call><|im_end|>'
+)
 SUMMARY = "Goal: fix a.py. Read it: x=1.<|im_end|>"
 CALL_3 = "Done.<|im_end|>"
 
 
 def three_call_rollout(**extra) -> Rollout:
-    return Rollout.model_validate({
-        "rollout_id": "r1", "task_id": "t1", "source": "hand", "reward": 1.0, **extra,
-        "events": [
-            {"type": "message", "id": "s", "role": "system", "content": "You fix bugs."},
-            {"type": "message", "id": "u", "role": "user", "content": "Fix a.py"},
-            {"type": "message", "id": "a1", "role": "assistant", "content": "Reading.",
-             "tool_calls": [{"id": "c1", "name": "read", "arguments": '{"path": "a.py"}'}]},
-            {"type": "message", "id": "t1", "role": "tool", "tool_call_id": "c1", "content": "x=1"},
-            {"type": "message", "id": "q", "role": "user", "content": "Summarize."},
-            {"type": "message", "id": "a2", "role": "assistant", "kind": "summary",
-             "content": "Goal: fix a.py. Read it: x=1."},
-            {"type": "rewrite", "id": "rw", "reason": "compaction", "trigger": "budget", "context": [
-                {"type": "keep", "id": "s"},
-                {"type": "message", "id": "res", "role": "user", "content": "Resume: Goal: fix a.py. Read it: x=1."},
-            ]},
-            {"type": "message", "id": "a3", "role": "assistant", "content": "Done."},
-        ],
-    })
+    return Rollout.model_validate(
+        {
+            "rollout_id": "r1",
+            "task_id": "t1",
+            "source": "hand",
+            "reward": 1.0,
+            **extra,
+            "events": [
+                {"type": "message", "id": "s", "role": "system", "content": "You fix bugs."},
+                {"type": "message", "id": "u", "role": "user", "content": "Fix a.py"},
+                {
+                    "type": "message",
+                    "id": "a1",
+                    "role": "assistant",
+                    "content": "Reading.",
+                    "tool_calls": [{"id": "c1", "name": "read", "arguments": '{"path": "a.py"}'}],
+                },
+                {
+                    "type": "message",
+                    "id": "t1",
+                    "role": "tool",
+                    "tool_call_id": "c1",
+                    "content": "x=1",
+                },
+                {"type": "message", "id": "q", "role": "user", "content": "Summarize."},
+                {
+                    "type": "message",
+                    "id": "a2",
+                    "role": "assistant",
+                    "kind": "summary",
+                    "content": "Goal: fix a.py. Read it: x=1.",
+                },
+                {
+                    "type": "rewrite",
+                    "id": "rw",
+                    "reason": "compaction",
+                    "trigger": "budget",
+                    "context": [
+                        {"type": "keep", "id": "s"},
+                        {
+                            "type": "message",
+                            "id": "res",
+                            "role": "user",
+                            "content": "Resume: Goal: fix a.py. Read it: x=1.",
+                        },
+                    ],
+                },
+                {"type": "message", "id": "a3", "role": "assistant", "content": "Done."},
+            ],
+        }
+    )
 
 
 def expected(renderer, pieces: list[tuple[str, int]]) -> tuple[list[int], list[int]]:
@@ -51,18 +86,33 @@ def test_compaction_splits_three_calls_into_two_segments_token_by_token(renderer
     assert [s.seam_kind for s in segments] == ["none", "compaction"]
     assert [s.seam_trigger for s in segments] == [None, "budget"]
 
-    ids0, mask0 = expected(renderer, [
-        ("<|im_start|>system\nYou fix bugs.<|im_end|>\n<|im_start|>user\nFix a.py<|im_end|>\n<|im_start|>assistant\n", 0),
-        (CALL_1, 1),
-        ("\n<|im_start|>user\n<tool_response>\nx=1\n</tool_response><|im_end|>\n"
-         "<|im_start|>user\nSummarize.<|im_end|>\n<|im_start|>assistant\n", 0),
-        (SUMMARY, 1),
-    ])
-    ids1, mask1 = expected(renderer, [
-        ("<|im_start|>system\nYou fix bugs.<|im_end|>\n<|im_start|>user\nResume: Goal: fix a.py. Read it: x=1."
-         "<|im_end|>\n<|im_start|>assistant\n", 0),
-        (CALL_3, 1),
-    ])
+    ids0, mask0 = expected(
+        renderer,
+        [
+            (
+                "<|im_start|>system\nYou fix bugs.<|im_end|>\n<|im_start|>user\nFix a.py<|im_end|>\n<|im_start|>assistant\n",
+                0,
+            ),
+            (CALL_1, 1),
+            (
+                "\n<|im_start|>user\n<tool_response>\nx=1\n</tool_response><|im_end|>\n"
+                "<|im_start|>user\nSummarize.<|im_end|>\n<|im_start|>assistant\n",
+                0,
+            ),
+            (SUMMARY, 1),
+        ],
+    )
+    ids1, mask1 = expected(
+        renderer,
+        [
+            (
+                "<|im_start|>system\nYou fix bugs.<|im_end|>\n<|im_start|>user\nResume: Goal: fix a.py. Read it: x=1."
+                "<|im_end|>\n<|im_start|>assistant\n",
+                0,
+            ),
+            (CALL_3, 1),
+        ],
+    )
     for seg, ids, mask in ((segments[0], ids0, mask0), (segments[1], ids1, mask1)):
         masked = mask_segment(seg, MaskOptions(), renderer.eos_id, [False] * len(seg.spans))
         assert seg.tokens.tolist() == ids
@@ -78,7 +128,7 @@ def test_each_generated_output_is_trained_once_and_decodes_back(renderer):
     trained = []
     for seg in segments:
         for span in seg.spans:
-            trained.append(renderer.decode(seg.tokens[span.start:span.start + span.length]))
+            trained.append(renderer.decode(seg.tokens[span.start : span.start + span.length]))
     assert trained == [CALL_1, SUMMARY, CALL_3]
 
 
@@ -88,8 +138,8 @@ def test_summary_tokens_are_trained_only_in_the_segment_that_generated_them(rend
     first = mask_segment(segments[0], MaskOptions(), renderer.eos_id, [False, False])
     second = mask_segment(segments[1], MaskOptions(), renderer.eos_id, [False])
     start = segments[0].spans[1].start
-    assert segments[0].tokens[start:start + len(summary_ids)].tolist() == summary_ids
-    assert first.loss_mask[start:start + len(summary_ids)].all()
+    assert segments[0].tokens[start : start + len(summary_ids)].tolist() == summary_ids
+    assert first.loss_mask[start : start + len(summary_ids)].all()
     # In the next segment the summary text is context: present, never trained.
     text1 = renderer.decode(segments[1].tokens)
     assert "Goal: fix a.py. Read it: x=1." in text1
@@ -114,5 +164,7 @@ def test_logged_token_ids_win_over_rendering(renderer):
     seg = Segmenter(renderer).segments(rollout)[1]
     masked = mask_segment(seg, MaskOptions(), renderer.eos_id, [True])
     span = seg.spans[0]
-    assert seg.tokens[span.start:].tolist() == odd
-    assert np.allclose(masked.logprobs[span.start:], -0.5) and not masked.logprobs[:span.start].any()
+    assert seg.tokens[span.start :].tolist() == odd
+    assert (
+        np.allclose(masked.logprobs[span.start :], -0.5) and not masked.logprobs[: span.start].any()
+    )

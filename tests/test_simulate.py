@@ -49,7 +49,9 @@ def input_lengths(renderer, rollout) -> list[int]:
         for i, m in enumerate(view.context):
             key = (m.id, i == 0)
             if key not in sizes:
-                sizes[key] = len(renderer.encode(renderer.piece(template_message(m), i == 0, rollout.tools)))
+                sizes[key] = len(
+                    renderer.encode(renderer.piece(template_message(m), i == 0, rollout.tools))
+                )
             total += sizes[key]
         out.append(total)
     return out
@@ -89,8 +91,14 @@ def test_groups_share_a_task_and_rewards_are_binary_and_mixed(simulated):
         groups.setdefault(r.task_id, []).append(r)
         assert r.reward in (0.0, 1.0) and r.resolved == (r.reward == 1.0)
     assert all(len(g) == 4 for g in groups.values())
-    kinds = {"pass" if all(r.resolved for r in g) else "fail" if not any(r.resolved for r in g) else "mixed"
-             for g in groups.values()}
+    kinds = {
+        "pass"
+        if all(r.resolved for r in g)
+        else "fail"
+        if not any(r.resolved for r in g)
+        else "mixed"
+        for g in groups.values()
+    }
     assert kinds == {"pass", "fail", "mixed"}
 
 
@@ -112,7 +120,11 @@ def test_budget_compaction_fires_exactly_when_headroom_drops_below_threshold(ren
                 assert budget - h >= threshold, (r.rollout_id, view.index)
             if view.message.call_kind == "summary":
                 assert view.context[-1].content == Q_SUM
-                before = h - len(renderer.encode(renderer.piece(template_message(view.context[-1]), False, r.tools)))
+                before = h - len(
+                    renderer.encode(
+                        renderer.piece(template_message(view.context[-1]), False, r.tools)
+                    )
+                )
                 assert budget - before < threshold
                 checked += 1
     assert checked >= 3
@@ -131,12 +143,16 @@ def test_budget_rebuild_is_system_resume_and_at_most_two_whole_recent_steps(simu
             system, resume, *kept = rewrite.context
             assert isinstance(system, Keep) and system.id == view.context[0].id
             assert isinstance(resume, MessageEvent) and resume.role == "user"
-            assert resume.content.startswith(RESUME_PREFIX) and view.message.content in resume.content
+            assert (
+                resume.content.startswith(RESUME_PREFIX) and view.message.content in resume.content
+            )
             assert all(isinstance(k, Keep) for k in kept)
             steps = action_steps(view.context[:-1])  # the live context before q_sum
             kept_ids = [k.id for k in kept]
             assert kept_ids in ([], steps[-1], steps[-2] + steps[-1])
-            assert rewrite.meta["kept_steps"] == (0 if not kept_ids else 1 if kept_ids == steps[-1] else 2)
+            assert rewrite.meta["kept_steps"] == (
+                0 if not kept_ids else 1 if kept_ids == steps[-1] else 2
+            )
             checked += 1
     assert checked >= 3
 
@@ -149,7 +165,11 @@ def test_autocompact_calls_compact_with_a_working_state(simulated):
                 assert call.content.startswith("# Auto Context Summary")
                 assert [t.name for t in call.tool_calls] == ["compact"]
                 found += 1
-        assert all(e.trigger == "model" for e in r.events if e.type == "rewrite" and e.reason == "compaction")
+        assert all(
+            e.trigger == "model"
+            for e in r.events
+            if e.type == "rewrite" and e.reason == "compaction"
+        )
     assert found >= 2
 
 
@@ -168,7 +188,9 @@ def test_memact_edits_and_truncations_drop_whole_steps(simulated):
             if e.reason in ("edit", "truncation"):
                 dropped = [seen[i] for i in live if i not in kept]
                 calls = {c.id for m in dropped for c in m.tool_calls}
-                assert {m.tool_call_id for m in dropped if m.role == "tool"} == calls  # no step is cut
+                assert {
+                    m.tool_call_id for m in dropped if m.role == "tool"
+                } == calls  # no step is cut
             live = [item.id for item in e.context]
             seen.update({item.id: item for item in e.context if isinstance(item, MessageEvent)})
     assert reasons["edit"] and reasons["truncation"] and reasons["compaction"]
@@ -221,7 +243,9 @@ def test_correction_replacements_are_executed_outputs_and_attach(renderer, simul
         for c in r.corrections:
             call = calls[c.call_index]
             assert c.replacement == executed_output_text(call) != c.original
-            if not call.reasoning:  # the template's rendering of the call, minus the end-of-turn token
+            if (
+                not call.reasoning
+            ):  # the template's rendering of the call, minus the end-of-turn token
                 text, _ = renderer.output_text(template_message(call), r.tools)
                 assert text == c.replacement + renderer.eos_text
             records += 1

@@ -8,8 +8,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pipeline.tokenizer import (QWEN25_FIRST_SPECIAL_ID, QWEN25_SPECIAL_TOKENS, TokenizerError,
-                                load_build_tokenizer, load_tokenizer)
+from pipeline.tokenizer import (
+    QWEN25_FIRST_SPECIAL_ID,
+    QWEN25_SPECIAL_TOKENS,
+    TokenizerError,
+    load_build_tokenizer,
+    load_tokenizer,
+)
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +32,17 @@ def test_encodes_exactly_like_tiktoken_over_the_same_ranks(tiktoken_qwen, tokeni
     assume(not any(t in text for t in QWEN25_SPECIAL_TOKENS[3:]))
     expected = tiktoken_qwen.encode(text)
     assert tokenizer.encode(text, add_special_tokens=False) == expected
-    assert load_build_tokenizer().backend_tokenizer.encode(text, add_special_tokens=False).ids == expected
+    assert (
+        load_build_tokenizer().backend_tokenizer.encode(text, add_special_tokens=False).ids
+        == expected
+    )
 
 
 def test_code_and_chatml_encode_like_tiktoken(tiktoken_qwen, tokenizer):
-    text = ("<|im_start|>user\ndef f(x):\n    return x**2  # ünïcødé 中文 🙂\n\n\n  \t<|im_end|>\n"
-            "{\"name\": \"grep\"}\n")
+    text = (
+        "<|im_start|>user\ndef f(x):\n    return x**2  # ünïcødé 中文 🙂\n\n\n  \t<|im_end|>\n"
+        '{"name": "grep"}\n'
+    )
     assert tokenizer.encode(text, add_special_tokens=False) == tiktoken_qwen.encode(text)
     assert tokenizer.encode("<tool_call>\n", add_special_tokens=False) == [151657, 198]
 

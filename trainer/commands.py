@@ -32,7 +32,9 @@ def _require_torch():
     try:
         import torch
     except ImportError as exc:
-        raise UsageError("torch is not installed: pip install 'seam[train]' (or torch itself)") from exc
+        raise UsageError(
+            "torch is not installed: pip install 'seam[train]' (or torch itself)"
+        ) from exc
     return torch
 
 
@@ -46,8 +48,10 @@ def _quiet_transformers() -> None:
 
 def _check_model_dir(flag: str, path: str) -> None:
     if not (Path(path) / "config.json").is_file():
-        raise UsageError(f"{flag} {path}: not a Hugging Face model directory (no config.json); "
-                         "make one with 'seam make-tiny-model --out DIR'")
+        raise UsageError(
+            f"{flag} {path}: not a Hugging Face model directory (no config.json); "
+            "make one with 'seam make-tiny-model --out DIR'"
+        )
 
 
 def run_train_step(args) -> int:
@@ -66,11 +70,20 @@ def run_train_step(args) -> int:
         raise UsageError("--device cuda: no CUDA device is visible to torch")
     try:
         config = PPOConfig(
-            policy_lr=args.policy_lr, critic_lr=args.critic_lr, clip_eps=args.clip_eps, value_clip=args.value_clip,
-            policy_updates=args.policy_updates, critic_updates=args.critic_updates,
-            critic_warmup_steps=args.critic_warmup_steps, gamma=args.gamma, lam=args.lam, alpha=args.alpha,
-            max_grad_norm=args.max_grad_norm, micro_batch_tokens=args.micro_batch_tokens,
-            recompute_old_logprobs=args.recompute_old_logprobs, bf16=device.type == "cuda",
+            policy_lr=args.policy_lr,
+            critic_lr=args.critic_lr,
+            clip_eps=args.clip_eps,
+            value_clip=args.value_clip,
+            policy_updates=args.policy_updates,
+            critic_updates=args.critic_updates,
+            critic_warmup_steps=args.critic_warmup_steps,
+            gamma=args.gamma,
+            lam=args.lam,
+            alpha=args.alpha,
+            max_grad_norm=args.max_grad_norm,
+            micro_batch_tokens=args.micro_batch_tokens,
+            recompute_old_logprobs=args.recompute_old_logprobs,
+            bf16=device.type == "cuda",
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -80,22 +93,38 @@ def run_train_step(args) -> int:
         raise UsageError(str(exc)) from exc
     _quiet_transformers()
     torch.manual_seed(args.seed)
-    trainer = PPOTrainer(load_policy(args.model, device), Critic.from_pretrained(args.critic or args.model, device),
-                         config, device)
+    trainer = PPOTrainer(
+        load_policy(args.model, device),
+        Critic.from_pretrained(args.critic or args.model, device),
+        config,
+        device,
+    )
     vocab = trainer.policy.get_input_embeddings().num_embeddings
     top = max(int(s.input_ids.max()) for s in segments)
     if top >= vocab:
-        raise UsageError(f"the shards hold token id {top} but {args.model} has a vocabulary of {vocab}: "
-                         "build the shards with the model's tokenizer")
+        raise UsageError(
+            f"the shards hold token id {top} but {args.model} has a vocabulary of {vocab}: "
+            "build the shards with the model's tokenizer"
+        )
 
     console = Console()
-    if not console.is_terminal:  # logs and make: rich would otherwise squeeze the table into 80 columns
+    if (
+        not console.is_terminal
+    ):  # logs and make: rich would otherwise squeeze the table into 80 columns
         console = Console(width=200)
-    columns = COLUMNS + ([("MFU", 6, lambda m: f"{m.mfu(args.peak_tflops * 1e12):.1%}")] if device.type == "cuda" else [])
-    console.print(f"[bold]seam train-step[/]: {len(segments)} segments from {args.shards}, model {args.model}, "
-                  f"device {device}, λ {'adaptive (α=%g)' % args.alpha if args.lam is None else args.lam}, "
-                  f"{config.critic_updates} critic updates per policy update")
-    for index, step in enumerate(plan_steps(segments, args.rollouts_per_step, args.steps, args.max_step_tokens)):
+    columns = COLUMNS + (
+        [("MFU", 6, lambda m: f"{m.mfu(args.peak_tflops * 1e12):.1%}")]
+        if device.type == "cuda"
+        else []
+    )
+    console.print(
+        f"[bold]seam train-step[/]: {len(segments)} segments from {args.shards}, model {args.model}, "
+        f"device {device}, λ {f'adaptive (α={args.alpha:g})' if args.lam is None else args.lam}, "
+        f"{config.critic_updates} critic updates per policy update"
+    )
+    for index, step in enumerate(
+        plan_steps(segments, args.rollouts_per_step, args.steps, args.max_step_tokens)
+    ):
         metrics = trainer.step(step)
         table = Table(show_header=index == 0, box=None, pad_edge=False)
         for header, width, _ in columns:
@@ -117,49 +146,132 @@ def run_make_tiny_model(args) -> int:
 
     out_dir = Path(args.out)
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "config.json").is_file():
-        raise UsageError(f"--out {out_dir}: exists and is not a model directory; choose another path")
+        raise UsageError(
+            f"--out {out_dir}: exists and is not a model directory; choose another path"
+        )
     out = build_tiny_model(args.out, preset=args.preset, seed=args.seed)
-    print(f"wrote a randomly initialised Qwen2-style model ({args.preset}) with seam's tokenizer to {out}")
+    print(
+        f"wrote a randomly initialised Qwen2-style model ({args.preset}) with seam's tokenizer to {out}"
+    )
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "train-step", help="Run PPO steps (critic, cross-trajectory GAE, token-level loss) on RL shards.",
+        "train-step",
+        help="Run PPO steps (critic, cross-trajectory GAE, token-level loss) on RL shards.",
         description="Train a local causal LM with PPO on seam's RL shards: cross-trajectory GAE per segment, "
-        "clipped surrogate normalised per token over the whole batch, clipped value loss. Prints metrics per step.")
-    p.add_argument("--shards", required=True, help="Directory with train-*.parquet RL shards (seam build-rl).")
-    p.add_argument("--model", required=True, help="Local Hugging Face causal LM directory (the policy).")
-    p.add_argument("--critic", help="Critic directory: a saved critic, or a causal LM to start one from (default: --model).")
+        "clipped surrogate normalised per token over the whole batch, clipped value loss. Prints metrics per step.",
+    )
+    p.add_argument(
+        "--shards", required=True, help="Directory with train-*.parquet RL shards (seam build-rl)."
+    )
+    p.add_argument(
+        "--model", required=True, help="Local Hugging Face causal LM directory (the policy)."
+    )
+    p.add_argument(
+        "--critic",
+        help="Critic directory: a saved critic, or a causal LM to start one from (default: --model).",
+    )
     p.add_argument("--steps", type=int, default=1, help="PPO steps to run (default 1).")
-    p.add_argument("--device", choices=["cpu", "cuda"], help="Default: cuda when available, else cpu. bf16 autocast on cuda.")
-    p.add_argument("--save", help="Write the updated policy and critic to DIR/policy and DIR/critic.")
-    p.add_argument("--rollouts-per-step", type=int, default=8, help="Rollouts (all their segments) per step (default 8).")
-    p.add_argument("--max-step-tokens", type=int,
-                   help="Cap a step's tokens; the rest of a rollout moves to the next step (default: no cap).")
-    p.add_argument("--micro-batch-tokens", type=int, default=4096, help="Token budget of one packed micro-batch (default 4096).")
-    p.add_argument("--policy-lr", type=float, default=2e-6, help="AdamW learning rate of the policy (default 2e-6).")
-    p.add_argument("--critic-lr", type=float, default=3e-6, help="AdamW learning rate of the critic (default 3e-6).")
-    p.add_argument("--policy-updates", type=int, default=1, help="Policy updates (PPO epochs) per step (default 1).")
-    p.add_argument("--critic-updates", type=int, default=2, help="Critic updates per policy update (default 2).")
-    p.add_argument("--critic-warmup-steps", type=int, default=0, help="First steps that train only the critic (default 0).")
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        help="Default: cuda when available, else cpu. bf16 autocast on cuda.",
+    )
+    p.add_argument(
+        "--save", help="Write the updated policy and critic to DIR/policy and DIR/critic."
+    )
+    p.add_argument(
+        "--rollouts-per-step",
+        type=int,
+        default=8,
+        help="Rollouts (all their segments) per step (default 8).",
+    )
+    p.add_argument(
+        "--max-step-tokens",
+        type=int,
+        help="Cap a step's tokens; the rest of a rollout moves to the next step (default: no cap).",
+    )
+    p.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=4096,
+        help="Token budget of one packed micro-batch (default 4096).",
+    )
+    p.add_argument(
+        "--policy-lr",
+        type=float,
+        default=2e-6,
+        help="AdamW learning rate of the policy (default 2e-6).",
+    )
+    p.add_argument(
+        "--critic-lr",
+        type=float,
+        default=3e-6,
+        help="AdamW learning rate of the critic (default 3e-6).",
+    )
+    p.add_argument(
+        "--policy-updates",
+        type=int,
+        default=1,
+        help="Policy updates (PPO epochs) per step (default 1).",
+    )
+    p.add_argument(
+        "--critic-updates",
+        type=int,
+        default=2,
+        help="Critic updates per policy update (default 2).",
+    )
+    p.add_argument(
+        "--critic-warmup-steps",
+        type=int,
+        default=0,
+        help="First steps that train only the critic (default 0).",
+    )
     p.add_argument("--clip-eps", type=float, default=0.2, help="PPO ratio clip ε (default 0.2).")
-    p.add_argument("--value-clip", type=float, default=0.2, help="Value clip around the old values (default 0.2).")
+    p.add_argument(
+        "--value-clip",
+        type=float,
+        default=0.2,
+        help="Value clip around the old values (default 0.2).",
+    )
     p.add_argument("--gamma", type=float, default=1.0, help="Discount γ (default 1.0).")
-    p.add_argument("--lam", type=float, help="Fixed GAE λ (default: length-adaptive λ_s = 1 - 1/(α·n_s)).")
-    p.add_argument("--alpha", type=float, default=1.5, help="α of the length-adaptive λ (default 1.5).")
-    p.add_argument("--max-grad-norm", type=float, default=1.0, help="Global gradient-norm clip (default 1.0).")
-    p.add_argument("--recompute-old-logprobs", action="store_true",
-                   help="Take old log-probs from the policy even where the shard logged them.")
-    p.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_PEAK / 1e12,
-                   help="Accelerator peak for MFU, TFLOP/s (default: H200 bf16 dense, 989).")
+    p.add_argument(
+        "--lam", type=float, help="Fixed GAE λ (default: length-adaptive λ_s = 1 - 1/(α·n_s))."
+    )
+    p.add_argument(
+        "--alpha", type=float, default=1.5, help="α of the length-adaptive λ (default 1.5)."
+    )
+    p.add_argument(
+        "--max-grad-norm", type=float, default=1.0, help="Global gradient-norm clip (default 1.0)."
+    )
+    p.add_argument(
+        "--recompute-old-logprobs",
+        action="store_true",
+        help="Take old log-probs from the policy even where the shard logged them.",
+    )
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=H200_BF16_DENSE_PEAK / 1e12,
+        help="Accelerator peak for MFU, TFLOP/s (default: H200 bf16 dense, 989).",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run_train_step)
 
-    t = sub.add_parser("make-tiny-model", help="Write a tiny randomly initialised Qwen2-style model (no download).",
-                       description="Build a randomly initialised Qwen2-style causal LM with seam's tokenizer "
-                       "(Qwen2.5 vocabulary) locally, for train-step demos and tests.")
+    t = sub.add_parser(
+        "make-tiny-model",
+        help="Write a tiny randomly initialised Qwen2-style model (no download).",
+        description="Build a randomly initialised Qwen2-style causal LM with seam's tokenizer "
+        "(Qwen2.5 vocabulary) locally, for train-step demos and tests.",
+    )
     t.add_argument("--out", required=True, help="Output directory.")
-    t.add_argument("--preset", choices=["tiny", "0.5b"], default="tiny", help="Model shape (default tiny: 2 layers, hidden 64).")
+    t.add_argument(
+        "--preset",
+        choices=["tiny", "0.5b"],
+        default="tiny",
+        help="Model shape (default tiny: 2 layers, hidden 64).",
+    )
     t.add_argument("--seed", type=int, default=0)
     t.set_defaults(func=run_make_tiny_model)

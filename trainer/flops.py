@@ -25,7 +25,7 @@ class ModelShape:
     vocab_size: int
 
     @classmethod
-    def of(cls, model) -> "ModelShape":
+    def of(cls, model) -> ModelShape:
         """Shape of a Hugging Face model (policy or critic backbone)."""
         # The embedding is a lookup and the LM head is counted per evaluated position, so
         # both leave the body count (once each: parameters() already dedups tied weights).
@@ -38,6 +38,8 @@ class ModelShape:
 
     def forward_flops(self, segment_lengths: list[int], lm_head_positions: int) -> float:
         """``F_fwd`` summed over segments; ``lm_head_positions`` positions go through the LM head."""
-        body = sum(2 * self.non_embedding_params * n + 2 * self.num_layers * self.hidden_size * n * (n + 1)
-                   for n in segment_lengths)
+        body = sum(
+            2 * self.non_embedding_params * n + 2 * self.num_layers * self.hidden_size * n * (n + 1)
+            for n in segment_lengths
+        )
         return float(body + 2 * self.hidden_size * self.vocab_size * lm_head_positions)

@@ -51,7 +51,9 @@ def adaptive_lambda(num_trainable_tokens: int, alpha: float = DEFAULT_ALPHA) -> 
     return float(np.clip(1.0 - 1.0 / (alpha * num_trainable_tokens), 0.0, 1.0))
 
 
-def local_gae(values: np.ndarray, reward: float, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+def local_gae(
+    values: np.ndarray, reward: float, gamma: float, lam: float
+) -> tuple[np.ndarray, np.ndarray]:
     """GAE inside one segment, R on its last trainable token, no bootstrap past it.
 
     Args:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import torch
 
 
-def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                      clip_eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_surrogate(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, clip_eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO policy loss and whether the clip was active.
 
     ``ρ = exp(log π - log π_old)``,  ``ℓ = -min(ρ·Â, clip(ρ, 1-ε, 1+ε)·Â)``.
@@ -29,8 +30,9 @@ def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     return -torch.minimum(unclipped, clipped), (clipped < unclipped)
 
 
-def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-                       clip: float) -> torch.Tensor:
+def clipped_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float
+) -> torch.Tensor:
     """Per-token critic loss ``½·max((V - G)², (V_old + clip(V - V_old, ±c) - G)²)``."""
     clipped = old_values + torch.clamp(values - old_values, -clip, clip)
     return 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)

@@ -22,19 +22,41 @@ from torch.utils.checkpoint import checkpoint
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 VALUE_HEAD_FILE = "value_head.safetensors"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
 # Qwen2-style shapes: "tiny" for CPU tests and demos, "0.5b" is Qwen2.5-0.5B's geometry.
 PRESETS = {
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
-    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2),
+    "tiny": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
+    "0.5b": dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+    ),
 }
 
 
 def qwen2_config(preset: str, vocab_size: int):
     from transformers import Qwen2Config
 
-    return Qwen2Config(vocab_size=vocab_size, max_position_embeddings=32768, tie_word_embeddings=True,
-                       rope_theta=1_000_000.0, **PRESETS[preset])
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        rope_theta=1_000_000.0,
+        **PRESETS[preset],
+    )
 
 
 def build_tiny_model(out_dir: str | Path, preset: str = "tiny", seed: int = 0) -> Path:
@@ -70,17 +92,25 @@ def load_policy(model_dir: str | Path, device: torch.device) -> nn.Module:
 
     # fp32 master weights: at lr 2e-6 a bf16 weight would round most updates away; bf16
     # is used for compute through autocast instead.
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(model_dir), local_files_only=True, dtype=torch.float32
+    )
     return model.to(device).train()
 
 
-def policy_hidden(policy: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+def policy_hidden(
+    policy: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor
+) -> torch.Tensor:
     """Last hidden states ``[L, H]`` of one packed row."""
-    out = policy.base_model(input_ids=input_ids[None], position_ids=position_ids[None], use_cache=False)
+    out = policy.base_model(
+        input_ids=input_ids[None], position_ids=position_ids[None], use_cache=False
+    )
     return out.last_hidden_state[0]
 
 
-def _chunk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+def _chunk_logprobs(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, with_entropy: bool
+):
     logits = F.linear(hidden, weight).float()
     logp = -F.cross_entropy(logits, targets, reduction="none")
     if not with_entropy:
@@ -90,8 +120,13 @@ def _chunk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     return logp, entropy
 
 
-def token_logprobs(policy: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool = False,
-                   chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    policy: nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    with_entropy: bool = False,
+    chunk: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log π(target | prefix)`` at the given hidden states ``[M, H]``, and optionally the entropy.
 
     Computed in chunks of positions; under autograd each chunk is checkpointed, so only
@@ -101,7 +136,7 @@ def token_logprobs(policy: nn.Module, hidden: torch.Tensor, targets: torch.Tenso
     weight = policy.get_output_embeddings().weight
     pieces = []
     for start in range(0, hidden.shape[0], chunk):
-        args = (hidden[start:start + chunk], weight, targets[start:start + chunk], with_entropy)
+        args = (hidden[start : start + chunk], weight, targets[start : start + chunk], with_entropy)
         if torch.is_grad_enabled():
             pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False))
         else:
@@ -124,22 +159,27 @@ class Critic(nn.Module):
         nn.init.zeros_(self.value_head.bias)
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | Path, device: torch.device) -> "Critic":
+    def from_pretrained(cls, model_dir: str | Path, device: torch.device) -> Critic:
         """A saved critic (with ``value_head.safetensors``) or a fresh one on a causal-LM checkpoint."""
         from safetensors.torch import load_file
         from transformers import AutoModel
 
-        backbone = AutoModel.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
+        backbone = AutoModel.from_pretrained(
+            str(model_dir), local_files_only=True, dtype=torch.float32
+        )
         critic = cls(backbone)
         head = Path(model_dir) / VALUE_HEAD_FILE
         if head.exists():
             critic.value_head.load_state_dict(load_file(str(head)))
         return critic.to(device).train()
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
         """Values ``[M]`` (float32) at ``positions`` of one packed row."""
-        hidden = self.backbone(input_ids=input_ids[None], position_ids=position_ids[None],
-                               use_cache=False).last_hidden_state[0, positions]
+        hidden = self.backbone(
+            input_ids=input_ids[None], position_ids=position_ids[None], use_cache=False
+        ).last_hidden_state[0, positions]
         with torch.autocast(device_type=hidden.device.type, enabled=False):
             return self.value_head(hidden.float()).squeeze(-1)
 
@@ -147,7 +187,10 @@ class Critic(nn.Module):
         from safetensors.torch import save_file
 
         self.backbone.save_pretrained(out_dir)
-        save_file({k: v.contiguous() for k, v in self.value_head.state_dict().items()}, str(Path(out_dir) / VALUE_HEAD_FILE))
+        save_file(
+            {k: v.contiguous() for k, v in self.value_head.state_dict().items()},
+            str(Path(out_dir) / VALUE_HEAD_FILE),
+        )
 
 
 def copy_tokenizer(model_dir: str | Path, out_dir: str | Path) -> None:

@@ -44,15 +44,17 @@ class PPOConfig:
     weight_decay: float = 0.0
     clip_eps: float = 0.2
     value_clip: float = 0.2
-    policy_updates: int = 1           # passes over the step's batch (PPO epochs)
-    critic_updates: int = 2           # critic optimizer steps per policy update
+    policy_updates: int = 1  # passes over the step's batch (PPO epochs)
+    critic_updates: int = 2  # critic optimizer steps per policy update
     critic_warmup_steps: int = 0
     gamma: float = 1.0
-    lam: float | None = None          # None: length-adaptive λ_s = 1 - 1/(α·n_s)
+    lam: float | None = None  # None: length-adaptive λ_s = 1 - 1/(α·n_s)
     alpha: float = DEFAULT_ALPHA
     max_grad_norm: float = 1.0
     micro_batch_tokens: int = 4096
-    recompute_old_logprobs: bool = False  # ignore the shard's logprobs (e.g. a model that did not sample them)
+    recompute_old_logprobs: bool = (
+        False  # ignore the shard's logprobs (e.g. a model that did not sample them)
+    )
     bf16: bool = False
 
     def __post_init__(self):
@@ -83,7 +85,9 @@ class PreparedBatch:
     old_values: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
-    recomputed: int = 0  # trainable positions whose old log-prob came from the policy, not the shard
+    recomputed: int = (
+        0  # trainable positions whose old log-prob came from the policy, not the shard
+    )
 
 
 @dataclass(frozen=True)
@@ -116,13 +120,17 @@ class StepMetrics:
 
 
 class PPOTrainer:
-    def __init__(self, policy: torch.nn.Module, critic: Critic, config: PPOConfig, device: torch.device):
+    def __init__(
+        self, policy: torch.nn.Module, critic: Critic, config: PPOConfig, device: torch.device
+    ):
         self.policy, self.critic, self.config, self.device = policy, critic, config, device
         fused = device.type == "cuda"  # one kernel for the whole update instead of one per tensor
-        self.policy_opt = torch.optim.AdamW(policy.parameters(), lr=config.policy_lr,
-                                            weight_decay=config.weight_decay, fused=fused)
-        self.critic_opt = torch.optim.AdamW(critic.parameters(), lr=config.critic_lr,
-                                            weight_decay=config.weight_decay, fused=fused)
+        self.policy_opt = torch.optim.AdamW(
+            policy.parameters(), lr=config.policy_lr, weight_decay=config.weight_decay, fused=fused
+        )
+        self.critic_opt = torch.optim.AdamW(
+            critic.parameters(), lr=config.critic_lr, weight_decay=config.weight_decay, fused=fused
+        )
         self.policy_shape = ModelShape.of(policy)
         self.critic_shape = ModelShape.of(critic.backbone)
         self.steps_done = 0
@@ -156,9 +164,14 @@ class PPOTrainer:
         def as_long(array: np.ndarray) -> torch.Tensor:
             return torch.as_tensor(array, dtype=torch.long, device=self.device)
 
-        return PreparedBatch(batch, as_long(batch.input_ids), as_long(batch.position_ids), as_long(positions),
-                             as_long(batch.targets[positions]),
-                             torch.as_tensor(batch.old_logprobs[positions], device=self.device))
+        return PreparedBatch(
+            batch,
+            as_long(batch.input_ids),
+            as_long(batch.position_ids),
+            as_long(positions),
+            as_long(batch.targets[positions]),
+            torch.as_tensor(batch.old_logprobs[positions], device=self.device),
+        )
 
     def _fill_advantages(self, p: PreparedBatch, segments: list[Segment]) -> None:
         positions = p.positions.cpu().numpy()
@@ -169,7 +182,13 @@ class PPOTrainer:
             lo, hi = np.searchsorted(positions, [start, end])
             seg = segments[index]
             advantages[lo:hi], returns[lo:hi] = cross_trajectory_gae(
-                values[lo:hi], seg.reward, seg.trainable_tokens_after, self.config.gamma, self.config.lam, self.config.alpha)
+                values[lo:hi],
+                seg.reward,
+                seg.trainable_tokens_after,
+                self.config.gamma,
+                self.config.lam,
+                self.config.alpha,
+            )
         p.advantages = torch.as_tensor(advantages, dtype=torch.float32, device=self.device)
         p.returns = torch.as_tensor(returns, dtype=torch.float32, device=self.device)
 
@@ -182,7 +201,10 @@ class PPOTrainer:
         for p in prepared:
             with self.autocast():
                 values = self.critic(p.input_ids, p.position_ids, p.positions)
-            loss = token_level(clipped_value_loss(values, p.old_values, p.returns, self.config.value_clip), total_trainable)
+            loss = token_level(
+                clipped_value_loss(values, p.old_values, p.returns, self.config.value_clip),
+                total_trainable,
+            )
             loss.backward()
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.config.max_grad_norm)
@@ -191,7 +213,9 @@ class PPOTrainer:
 
     # -- 5: policy -------------------------------------------------------------------------
 
-    def policy_pass(self, prepared: list[PreparedBatch], total_trainable: int, update: bool) -> dict[str, float]:
+    def policy_pass(
+        self, prepared: list[PreparedBatch], total_trainable: int, update: bool
+    ) -> dict[str, float]:
         """Token-level surrogate and its diagnostics; with ``update``, also one optimizer step."""
         sums = dict(policy_loss=0.0, clipped=0.0, approx_kl=0.0, entropy=0.0)
         if update:
@@ -200,8 +224,12 @@ class PPOTrainer:
             for p in prepared:
                 with self.autocast():
                     hidden = policy_hidden(self.policy, p.input_ids, p.position_ids)[p.positions]
-                    logp, entropy = token_logprobs(self.policy, hidden, p.targets, with_entropy=True)
-                per_token, clipped = clipped_surrogate(logp, p.old_logprobs, p.advantages, self.config.clip_eps)
+                    logp, entropy = token_logprobs(
+                        self.policy, hidden, p.targets, with_entropy=True
+                    )
+                per_token, clipped = clipped_surrogate(
+                    logp, p.old_logprobs, p.advantages, self.config.clip_eps
+                )
                 loss = token_level(per_token, total_trainable)
                 if update:
                     loss.backward()
@@ -212,8 +240,12 @@ class PPOTrainer:
         if update:
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.max_grad_norm)
             self.policy_opt.step()
-        return dict(policy_loss=sums["policy_loss"], clip_fraction=sums["clipped"] / total_trainable,
-                    approx_kl=sums["approx_kl"] / total_trainable, entropy=sums["entropy"] / total_trainable)
+        return dict(
+            policy_loss=sums["policy_loss"],
+            clip_fraction=sums["clipped"] / total_trainable,
+            approx_kl=sums["approx_kl"] / total_trainable,
+            entropy=sums["entropy"] / total_trainable,
+        )
 
     # -- the step --------------------------------------------------------------------------
 
@@ -226,7 +258,10 @@ class PPOTrainer:
         update_policy = self.steps_done >= self.config.critic_warmup_steps
         value_losses, passes = [], []
         for _ in range(self.config.policy_updates):
-            value_losses += [self.critic_update(prepared, total_trainable) for _ in range(self.config.critic_updates)]
+            value_losses += [
+                self.critic_update(prepared, total_trainable)
+                for _ in range(self.config.critic_updates)
+            ]
             passes.append(self.policy_pass(prepared, total_trainable, update=update_policy))
         policy = {key: float(np.mean([p[key] for p in passes])) for key in passes[0]}
         if self.device.type == "cuda":
@@ -236,14 +271,23 @@ class PPOTrainer:
 
         advantages = torch.cat([p.advantages for p in prepared])
         return StepMetrics(
-            step=self.steps_done, policy_updated=update_policy, policy_loss=policy["policy_loss"],
+            step=self.steps_done,
+            policy_updated=update_policy,
+            policy_loss=policy["policy_loss"],
             value_loss=float(np.mean(value_losses)) if value_losses else float("nan"),
-            clip_fraction=policy["clip_fraction"], approx_kl=policy["approx_kl"], entropy=policy["entropy"],
-            advantage_mean=advantages.mean().item(), advantage_std=advantages.std(unbiased=False).item(),
-            advantage_min=advantages.min().item(), advantage_max=advantages.max().item(),
-            rollouts=len({s.rollout_id for s in segments}), segments=len(segments),
-            tokens=sum(p.batch.num_tokens for p in prepared), trainable_tokens=total_trainable,
-            seconds=seconds, model_flops=self._step_flops(prepared, total_trainable, update_policy),
+            clip_fraction=policy["clip_fraction"],
+            approx_kl=policy["approx_kl"],
+            entropy=policy["entropy"],
+            advantage_mean=advantages.mean().item(),
+            advantage_std=advantages.std(unbiased=False).item(),
+            advantage_min=advantages.min().item(),
+            advantage_max=advantages.max().item(),
+            rollouts=len({s.rollout_id for s in segments}),
+            segments=len(segments),
+            tokens=sum(p.batch.num_tokens for p in prepared),
+            trainable_tokens=total_trainable,
+            seconds=seconds,
+            model_flops=self._step_flops(prepared, total_trainable, update_policy),
             shard_logprob_tokens=total_trainable - sum(p.recomputed for p in prepared),
         )
 
@@ -252,11 +296,17 @@ class PPOTrainer:
         critic_fwd = self.critic_shape.forward_flops(lengths, 0)
         policy_fwd = self.policy_shape.forward_flops(lengths, trainable)
         updates = self.config.policy_updates
-        flops = critic_fwd * (1 + 3 * self.config.critic_updates * updates)  # values, then fwd+bwd per update
-        flops += policy_fwd * (3 if updated else 1) * updates                # update passes (forward only in warm-up)
-        for p in prepared:                                          # old log-probs the shard did not log
+        flops = critic_fwd * (
+            1 + 3 * self.config.critic_updates * updates
+        )  # values, then fwd+bwd per update
+        flops += (
+            policy_fwd * (3 if updated else 1) * updates
+        )  # update passes (forward only in warm-up)
+        for p in prepared:  # old log-probs the shard did not log
             if p.recomputed:
-                flops += self.policy_shape.forward_flops([e - s for _, s, e in p.batch.spans], int(p.positions.numel()))
+                flops += self.policy_shape.forward_flops(
+                    [e - s for _, s, e in p.batch.spans], int(p.positions.numel())
+                )
         return flops
 
     def save(self, out_dir: str | Path, model_dir: str | Path) -> None:

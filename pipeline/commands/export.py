@@ -10,30 +10,46 @@ def run(args) -> int:
     from pipeline.tokenizer import TokenizerError
 
     try:
-        result = export_build(args.dir, args.to, args.out, args.mode, args.tokenizer, args.overwrite)
+        result = export_build(
+            args.dir, args.to, args.out, args.mode, args.tokenizer, args.overwrite
+        )
     except (ExportError, TokenizerError) as exc:
         raise UsageError(str(exc)) from None
     what = args.to + (f" ({result.mode})" if result.mode else "")
-    print(f"exported {result.rows:,} segment(s) for {what} to {result.out}: {', '.join(result.files)}, README.md")
+    print(
+        f"exported {result.rows:,} segment(s) for {what} to {result.out}: {', '.join(result.files)}, README.md"
+    )
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "export", help="Export a build for TRL, verl or slime.",
+        "export",
+        help="Export a build for TRL, verl or slime.",
         description="Convert a build directory's shards to the layout a trainer loads. trl: pre-tokenized SFT rows "
-                    "(input_ids, completion_mask, assistant_masks) or GRPO rows (prompt_ids, completion_ids, "
-                    "completion_mask, advantages, old_per_token_logps). verl: RLHFDataset Parquet (data_source, "
-                    "prompt, ability, reward_model, extra_info) plus agent-loop token fields (prompt_ids, "
-                    "response_ids, response_mask, response_logprobs, reward_score, num_turns). slime: Sample dicts "
-                    "as JSON lines (segments of one rollout share rollout_id). See docs/data.md.")
+        "(input_ids, completion_mask, assistant_masks) or GRPO rows (prompt_ids, completion_ids, "
+        "completion_mask, advantages, old_per_token_logps). verl: RLHFDataset Parquet (data_source, "
+        "prompt, ability, reward_model, extra_info) plus agent-loop token fields (prompt_ids, "
+        "response_ids, response_mask, response_logprobs, reward_score, num_turns). slime: Sample dicts "
+        "as JSON lines (segments of one rollout share rollout_id). See docs/data.md.",
+    )
     p.add_argument("dir", help="A build directory (seam build-rl or build-sft).")
     p.add_argument("--to", required=True, choices=["trl", "verl", "slime"], help="Target trainer.")
-    p.add_argument("--out", required=True, help="Output directory (created; must be empty or an earlier export).")
-    p.add_argument("--mode", choices=["sft", "grpo"],
-                   help="TRL only: sft or grpo columns (default: sft for SFT builds, grpo for RL builds).")
-    p.add_argument("--tokenizer", default=None,
-                   help="verl only: the build's tokenizer directory when the one recorded in manifest.json is gone "
-                        "('qwen2.5' for the built-in one). Used to decode the prompt text; checked against the manifest.")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="Output directory (created; must be empty or an earlier export).",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["sft", "grpo"],
+        help="TRL only: sft or grpo columns (default: sft for SFT builds, grpo for RL builds).",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="verl only: the build's tokenizer directory when the one recorded in manifest.json is gone "
+        "('qwen2.5' for the built-in one). Used to decode the prompt text; checked against the manifest.",
+    )
     p.add_argument("--overwrite", action="store_true", help="Replace an earlier export in --out.")
     p.set_defaults(func=run)

@@ -15,8 +15,8 @@ import json
 import sys
 import textwrap
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.cli import UsageError
 
@@ -33,8 +33,10 @@ def run(args) -> int:
     from pipeline.readers.rewards import RewardsError, load_rewards
 
     if args.format not in ("auto", "canonical") and args.format not in REGISTRY:
-        raise UsageError(f"unknown --format {args.format!r}; choose auto, canonical or one of: "
-                         f"{', '.join(sorted(REGISTRY))}")
+        raise UsageError(
+            f"unknown --format {args.format!r}; choose auto, canonical or one of: "
+            f"{', '.join(sorted(REGISTRY))}"
+        )
     out = Path(args.out)
     target = out / "rollouts.parquet"
     if target.exists() and not args.overwrite:
@@ -77,15 +79,22 @@ def _plan(spec: str, fmt: str, resolve_inputs) -> list[tuple[Path, str, str | No
     return planned
 
 
-def _ingest(plan, args, rewards, stats: "_Stats", quarantine) -> Iterator:
+def _ingest(plan, args, rewards, stats: _Stats, quarantine) -> Iterator:
     """Rollouts of every planned file; quarantine and counts are written on the way."""
-    from pipeline.progress import console
-    from pipeline.readers.rewards import apply_rewards
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from pipeline.progress import console
+    from pipeline.readers.rewards import apply_rewards
+
     show = not args.no_progress and sys.stderr.isatty()
-    columns = (TextColumn("[bold]ingesting"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[file]}"),
-               TextColumn("{task.fields[rollouts]} rollouts"), TimeElapsedColumn())
+    columns = (
+        TextColumn("[bold]ingesting"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[file]}"),
+        TextColumn("{task.fields[rollouts]} rollouts"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, disable=not show) as progress:
         bar = progress.add_task("ingest", total=len(plan), file="", rollouts=0)
         for path, fmt, why in plan:
@@ -102,8 +111,19 @@ def _ingest(plan, args, rewards, stats: "_Stats", quarantine) -> Iterator:
                     yield rollout
                 elif kind == "rejected":
                     reason, raw = payload
-                    quarantine.write(json.dumps({"file": str(path), "line": line, "format": fmt, "reason": reason,
-                                                 "raw": (raw or "")[:1 << 20]}, ensure_ascii=False) + "\n")
+                    quarantine.write(
+                        json.dumps(
+                            {
+                                "file": str(path),
+                                "line": line,
+                                "format": fmt,
+                                "reason": reason,
+                                "raw": (raw or "")[: 1 << 20],
+                            },
+                            ensure_ascii=False,
+                        )
+                        + "\n"
+                    )
             stats.check_lines(path, fmt)
             progress.advance(bar)
 
@@ -175,9 +195,13 @@ class _Stats:
         self.files[str(path)]["lines"] = lines
 
     def as_dict(self) -> dict:
-        return {"total": dict(self.total), "formats": {k: dict(v) for k, v in self.formats.items()},
-                "files": {k: {**v, "format": self.file_format[k]} for k, v in self.files.items()},
-                "skipped": {k: dict(v) for k, v in self.skipped.items()}, "rewards": dict(self.rewards)}
+        return {
+            "total": dict(self.total),
+            "formats": {k: dict(v) for k, v in self.formats.items()},
+            "files": {k: {**v, "format": self.file_format[k]} for k, v in self.files.items()},
+            "skipped": {k: dict(v) for k, v in self.skipped.items()},
+            "rewards": dict(self.rewards),
+        }
 
     def print(self, out: Path, rewards_file: str | None) -> None:
         from rich.console import Console
@@ -185,25 +209,64 @@ class _Stats:
 
         console = Console()
         by_format = Table(title=f"seam ingest → {out}", header_style="bold")
-        for col in ("format", "files", "records", "accepted rollouts", "rejected", "skipped", "calls", "rewrites"):
+        for col in (
+            "format",
+            "files",
+            "records",
+            "accepted rollouts",
+            "rejected",
+            "skipped",
+            "calls",
+            "rewrites",
+        ):
             by_format.add_column(col, justify="left" if col == "format" else "right")
         files_per_format = Counter(self.file_format.values())
         for fmt, c in sorted(self.formats.items()):
-            rewrites = ", ".join(f"{k.split(':')[1]} {v}" for k, v in sorted(c.items()) if k.startswith("rewrite:"))
-            by_format.add_row(fmt, str(files_per_format[fmt]), f"{c['records']:,}", f"{c['accepted']:,}",
-                              f"{c['rejected']:,}", f"{c['skipped']:,}", f"{c['calls']:,}", rewrites or "-")
+            rewrites = ", ".join(
+                f"{k.split(':')[1]} {v}" for k, v in sorted(c.items()) if k.startswith("rewrite:")
+            )
+            by_format.add_row(
+                fmt,
+                str(files_per_format[fmt]),
+                f"{c['records']:,}",
+                f"{c['accepted']:,}",
+                f"{c['rejected']:,}",
+                f"{c['skipped']:,}",
+                f"{c['calls']:,}",
+                rewrites or "-",
+            )
         console.print(by_format)
-        per_file = Table(title="per file: records = in accepted rollouts + rejected + skipped", header_style="bold")
+        per_file = Table(
+            title="per file: records = in accepted rollouts + rejected + skipped",
+            header_style="bold",
+        )
         for col in ("file", "format", "records", "accepted", "rejected", "skipped", "lines check"):
             per_file.add_column(col, justify="left" if col in ("file", "format") else "right")
         for name, c in sorted(self.files.items()):
             shown = _short(name)
-            check = "-" if "lines" not in c else ("ok" if c["lines"] == c["records"] else
-                                                 f"[red]{c['lines'] - c['records']:+} unaccounted[/]")
-            per_file.add_row(shown, self.file_format[name], f"{c['records']:,}", f"{c['accepted']:,}",
-                             f"{c['rejected']:,}", f"{c['skipped']:,}", check)
+            check = (
+                "-"
+                if "lines" not in c
+                else (
+                    "ok"
+                    if c["lines"] == c["records"]
+                    else f"[red]{c['lines'] - c['records']:+} unaccounted[/]"
+                )
+            )
+            per_file.add_row(
+                shown,
+                self.file_format[name],
+                f"{c['records']:,}",
+                f"{c['accepted']:,}",
+                f"{c['rejected']:,}",
+                f"{c['skipped']:,}",
+                check,
+            )
         console.print(per_file)
-        skipped = Table(title="skipped records by reason (not model messages; not quarantined)", header_style="bold")
+        skipped = Table(
+            title="skipped records by reason (not model messages; not quarantined)",
+            header_style="bold",
+        )
         for col in ("format", "reason", "count"):
             skipped.add_column(col, justify="right" if col == "count" else "left")
         for fmt, reasons in sorted(self.skipped.items()):
@@ -212,15 +275,22 @@ class _Stats:
                 skipped.add_row(fmt, reason, f"{n:,}")
             if len(common) > SKIP_ROWS:
                 rest = common[SKIP_ROWS:]
-                skipped.add_row(fmt, f"{len(rest)} other reasons (all in {SUMMARY_FILE})",
-                                f"{sum(n for _, n in rest):,}")
+                skipped.add_row(
+                    fmt,
+                    f"{len(rest)} other reasons (all in {SUMMARY_FILE})",
+                    f"{sum(n for _, n in rest):,}",
+                )
         if self.skipped:
             console.print(skipped)
         if rewards_file:
-            console.print(f"rewards from {rewards_file}: {self.rewards['matched']:,} rollouts matched, "
-                          f"{self.rewards['unmatched']:,} without a row")
-        console.print(f"wrote {self.total['accepted']:,} rollouts to {out / 'rollouts.parquet'}, "
-                      f"{self.total['rejected']:,} quarantined records to {out / 'quarantine.jsonl'}")
+            console.print(
+                f"rewards from {rewards_file}: {self.rewards['matched']:,} rollouts matched, "
+                f"{self.rewards['unmatched']:,} without a row"
+            )
+        console.print(
+            f"wrote {self.total['accepted']:,} rollouts to {out / 'rollouts.parquet'}, "
+            f"{self.total['rejected']:,} quarantined records to {out / 'quarantine.jsonl'}"
+        )
 
 
 def _short(name: str) -> str:
@@ -235,27 +305,51 @@ def _short(name: str) -> str:
 def register(sub) -> None:
     from pipeline.readers import REGISTRY
 
-    formats = "\n".join(f"  {name:<16} {reader.description}" for name, reader in sorted(REGISTRY.items()))
+    formats = "\n".join(
+        f"  {name:<16} {reader.description}" for name, reader in sorted(REGISTRY.items())
+    )
     about = textwrap.fill(
         "Read raw rollout files, find their compactions and other context rewrites, and write canonical rollouts "
         "to OUT/rollouts.parquet. Records that cannot become a valid rollout go to OUT/quarantine.jsonl with file, "
         "line, format and reason; records that are not model messages are skipped and counted by reason. "
-        "OUT/ingest.json holds the counts. See docs/readers.md.", width=88)
+        "OUT/ingest.json holds the counts. See docs/readers.md.",
+        width=88,
+    )
     p = sub.add_parser(
-        "ingest", help="Convert raw agent rollouts (Claude Code, Codex, OpenHands, ...) into canonical rollouts.",
-        description=f"{about}\n\nformats:\n{formats}", formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="Files, directories (searched recursively) or globs; .gz and .zst are decompressed on the fly.")
+        "ingest",
+        help="Convert raw agent rollouts (Claude Code, Codex, OpenHands, ...) into canonical rollouts.",
+        description=f"{about}\n\nformats:\n{formats}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="Files, directories (searched recursively) or globs; .gz and .zst are decompressed on the fly.",
+    )
     p.add_argument("--out", required=True, help="Output directory (created if missing).")
-    p.add_argument("--format", default="auto",
-                   help="auto (default): detect each file's format from its content and refuse ambiguous or unknown "
-                        "files; canonical; or one reader name from the list above, used for every input.")
-    p.add_argument("--rewards", metavar="FILE", default=None,
-                   help="CSV or JSONL with rollout_id / session_id / id, reward, and optional task_id and resolved: "
-                        "joined to the rollouts (for formats that record no reward, e.g. Claude Code, Codex).")
-    p.add_argument("--group-by", metavar="FIELD", default=None,
-                   help="chat-completions logs only: dotted path of the field that names the rollout a call belongs "
-                        "to (default: session_id, conversation_id, rollout_id, ... else the first messages).")
-    p.add_argument("--overwrite", action="store_true", help="Replace an existing OUT/rollouts.parquet.")
+    p.add_argument(
+        "--format",
+        default="auto",
+        help="auto (default): detect each file's format from its content and refuse ambiguous or unknown "
+        "files; canonical; or one reader name from the list above, used for every input.",
+    )
+    p.add_argument(
+        "--rewards",
+        metavar="FILE",
+        default=None,
+        help="CSV or JSONL with rollout_id / session_id / id, reward, and optional task_id and resolved: "
+        "joined to the rollouts (for formats that record no reward, e.g. Claude Code, Codex).",
+    )
+    p.add_argument(
+        "--group-by",
+        metavar="FIELD",
+        default=None,
+        help="chat-completions logs only: dotted path of the field that names the rollout a call belongs "
+        "to (default: session_id, conversation_id, rollout_id, ... else the first messages).",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="Replace an existing OUT/rollouts.parquet."
+    )
     p.add_argument("--no-progress", action="store_true", help="No progress bar (logs, CI).")
     p.set_defaults(func=run)

@@ -15,17 +15,27 @@ def run(args) -> int:
         raise UsageError(str(exc)) from None
     drawn = sum(p.png is not None for p in plots)
     empty = [p.title for p in plots if p.png is None]
-    print(f"wrote {args.html}: {drawn} plot(s)" + (f"; nothing to plot for: {', '.join(empty)}" if empty else ""))
+    print(
+        f"wrote {args.html}: {drawn} plot(s)"
+        + (f"; nothing to plot for: {', '.join(empty)}" if empty else "")
+    )
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "report", help="Write one self-contained HTML report (plots + tables) about a build directory.",
+        "report",
+        help="Write one self-contained HTML report (plots + tables) about a build directory.",
         description="Plots compactions per rollout, summary length, trainable vs context tokens per segment, pass "
-                    "rate by number of compactions, advantages, seams by kind, quarantine reasons and, for SFT "
-                    "builds, judge correction types and summary audit rates; then the standard tables of "
-                    "`seam stats`. Images are embedded, nothing is fetched: the file opens offline.")
+        "rate by number of compactions, advantages, seams by kind, quarantine reasons and, for SFT "
+        "builds, judge correction types and summary audit rates; then the standard tables of "
+        "`seam stats`. Images are embedded, nothing is fetched: the file opens offline.",
+    )
     p.add_argument("dir", help="A build directory (with train-*.parquet shards).")
-    p.add_argument("--html", required=True, metavar="FILE", help="Where to write the report (e.g. out/report.html).")
+    p.add_argument(
+        "--html",
+        required=True,
+        metavar="FILE",
+        help="Where to write the report (e.g. out/report.html).",
+    )
     p.set_defaults(func=run)

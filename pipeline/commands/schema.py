@@ -15,8 +15,16 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("schema", help="Print the JSON Schema of canonical rollouts (or correction records).",
-                       description="Print the JSON Schema that every canonical rollout record must satisfy.")
-    p.add_argument("which", nargs="?", choices=["rollout", "correction"], default="rollout",
-                   help="Which record's schema to print (default: rollout).")
+    p = sub.add_parser(
+        "schema",
+        help="Print the JSON Schema of canonical rollouts (or correction records).",
+        description="Print the JSON Schema that every canonical rollout record must satisfy.",
+    )
+    p.add_argument(
+        "which",
+        nargs="?",
+        choices=["rollout", "correction"],
+        default="rollout",
+        help="Which record's schema to print (default: rollout).",
+    )
     p.set_defaults(func=run)

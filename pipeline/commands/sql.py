@@ -22,7 +22,9 @@ def open_views(path: str):
         raise UsageError(str(exc)) from None
 
 
-def print_result(console, columns: list[str], rows: list[tuple], max_rows: int | None = None) -> None:
+def print_result(
+    console, columns: list[str], rows: list[tuple], max_rows: int | None = None
+) -> None:
     """A query result as a table, or as one block of ``column  value`` lines per row
     when a table would squeeze its columns unreadably (wide views such as ``rollouts``).
     Long cells may wrap: a column needs at most ``WRAP_WIDTH`` characters to fit."""
@@ -30,7 +32,10 @@ def print_result(console, columns: list[str], rows: list[tuple], max_rows: int |
 
     shown = rows[:max_rows]
     cells = [[_cell(v) for v in row] for row in shown]
-    widths = [min(WRAP_WIDTH, max([len(name)] + [len(r[i]) for r in cells])) for i, name in enumerate(columns)]
+    widths = [
+        min(WRAP_WIDTH, max([len(name)] + [len(r[i]) for r in cells]))
+        for i, name in enumerate(columns)
+    ]
     if sum(widths) + 3 * len(columns) + 1 <= console.width:
         table = Table(show_header=True, header_style="bold")
         for name in columns:
@@ -46,7 +51,9 @@ def print_result(console, columns: list[str], rows: list[tuple], max_rows: int |
                 indented = value.replace("\n", "\n" + " " * (pad + 2))
                 console.print(f"{name:>{pad}}  {indented}", highlight=False)
     if max_rows is not None and len(rows) > max_rows:
-        console.print(f"[dim]{len(rows) - max_rows:,} more row(s); use --csv or --json for all of them[/]")
+        console.print(
+            f"[dim]{len(rows) - max_rows:,} more row(s); use --csv or --json for all of them[/]"
+        )
 
 
 def _cell(value) -> str:
@@ -74,7 +81,9 @@ def run(args) -> int:
     try:
         cursor = con.execute(args.query)
     except duckdb.Error as exc:
-        raise UsageError(f"{type(exc).__name__}: {str(exc).splitlines()[0]} (views: {', '.join(view_names(con))})") from None
+        raise UsageError(
+            f"{type(exc).__name__}: {str(exc).splitlines()[0]} (views: {', '.join(view_names(con))})"
+        ) from None
     if cursor.description is None:
         return 0
     columns = [d[0] for d in cursor.description]
@@ -93,15 +102,26 @@ def run(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "sql", help="Run a SQL query over a build's views (DuckDB).",
+        "sql",
+        help="Run a SQL query over a build's views (DuckDB).",
         description="Run one DuckDB SQL query over the build directory's views: segments (shard rows), "
-                    "rollouts (one row per rollout), calls (one row per generated output), quarantine "
-                    "(rejected records) and, for SFT builds, corrections and audit. Without a query, list the "
-                    "views and their columns. See docs/data.md for the columns and example queries.")
+        "rollouts (one row per rollout), calls (one row per generated output), quarantine "
+        "(rejected records) and, for SFT builds, corrections and audit. Without a query, list the "
+        "views and their columns. See docs/data.md for the columns and example queries.",
+    )
     p.add_argument("dir", help="A build directory (with train-*.parquet shards).")
-    p.add_argument("query", nargs="?", help='The query, e.g. "SELECT num_compactions, avg(passed::INT) FROM rollouts GROUP BY 1".')
+    p.add_argument(
+        "query",
+        nargs="?",
+        help='The query, e.g. "SELECT num_compactions, avg(passed::INT) FROM rollouts GROUP BY 1".',
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--csv", action="store_true", help="Print all rows as CSV (header first).")
     out.add_argument("--json", action="store_true", help="Print all rows as JSON lines.")
-    p.add_argument("--max-rows", type=int, default=100, help="Rows shown in the table (default 100; --csv/--json print all).")
+    p.add_argument(
+        "--max-rows",
+        type=int,
+        default=100,
+        help="Rows shown in the table (default 100; --csv/--json print all).",
+    )
     p.set_defaults(func=run)

@@ -29,12 +29,15 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("stats", help="Summarize a build directory from its shards (DuckDB).",
-                       description="Recompute the build summary (rollouts, segments, seams by kind, tokens, "
-                                   "trainable tokens, groups of one) from the Parquet shards with DuckDB, then print "
-                                   "the standard tables: pass rate by number of compactions, summary length "
-                                   "percentiles, tool calls per rollout, seams by kind and source, quarantine "
-                                   "reasons, and for SFT builds judge corrections and summary audit rates. "
-                                   "`seam sql DIR` runs your own queries over the same views.")
+    p = sub.add_parser(
+        "stats",
+        help="Summarize a build directory from its shards (DuckDB).",
+        description="Recompute the build summary (rollouts, segments, seams by kind, tokens, "
+        "trainable tokens, groups of one) from the Parquet shards with DuckDB, then print "
+        "the standard tables: pass rate by number of compactions, summary length "
+        "percentiles, tool calls per rollout, seams by kind and source, quarantine "
+        "reasons, and for SFT builds judge corrections and summary audit rates. "
+        "`seam sql DIR` runs your own queries over the same views.",
+    )
     p.add_argument("dir", help="A build directory (with train-*.parquet shards).")
     p.set_defaults(func=run)

@@ -36,8 +36,14 @@ class ExportResult:
     files: list[str]
 
 
-def export_build(build_dir: str | Path, target: str, out: str | Path, mode: str | None = None,
-                 tokenizer: str | None = None, overwrite: bool = False) -> ExportResult:
+def export_build(
+    build_dir: str | Path,
+    target: str,
+    out: str | Path,
+    mode: str | None = None,
+    tokenizer: str | None = None,
+    overwrite: bool = False,
+) -> ExportResult:
     build, out = Path(build_dir), Path(out)
     manifest_path = build / "manifest.json"
     if not manifest_path.exists():
@@ -56,7 +62,9 @@ def export_build(build_dir: str | Path, target: str, out: str | Path, mode: str 
     shards = [build / name for name in manifest["shards"]]
     missing = [s.name for s in shards if not s.exists()]
     if missing:
-        raise ExportError(f"{build}: shard(s) listed in manifest.json are missing: {', '.join(missing[:3])}; rebuild it")
+        raise ExportError(
+            f"{build}: shard(s) listed in manifest.json are missing: {', '.join(missing[:3])}; rebuild it"
+        )
     decoder = _decoder(manifest, tokenizer) if target == "verl" else None
     _prepare(out, overwrite)
     rows = sum(pq.read_metadata(s).num_rows for s in shards)
@@ -66,9 +74,22 @@ def export_build(build_dir: str | Path, target: str, out: str | Path, mode: str 
     else:
         files, schema = _write_parquet(shards, out, target, mode, decoder)
     _write_text(out / "README.md", _readme(build, target, mode, rows, schema))
-    _write_text(out / MARKER, json.dumps({"source": str(build), "target": target, "mode": mode, "rows": rows,
-                                          "files": files, "source_shard_sha256": manifest["shard_sha256"]},
-                                         indent=2, sort_keys=True) + "\n")
+    _write_text(
+        out / MARKER,
+        json.dumps(
+            {
+                "source": str(build),
+                "target": target,
+                "mode": mode,
+                "rows": rows,
+                "files": files,
+                "source_shard_sha256": manifest["shard_sha256"],
+            },
+            indent=2,
+            sort_keys=True,
+        )
+        + "\n",
+    )
     return ExportResult(out, target, mode, rows, files)
 
 
@@ -79,12 +100,20 @@ def _decoder(manifest: dict, spec: str | None):
 
     from pipeline.tokenizer import DEFAULT_TOKENIZER, default_tokenizer_dir, tokenizer_file_sha256
 
-    directory = default_tokenizer_dir() if spec == DEFAULT_TOKENIZER else Path(spec or manifest["tokenizer"]["name_or_path"])
+    directory = (
+        default_tokenizer_dir()
+        if spec == DEFAULT_TOKENIZER
+        else Path(spec or manifest["tokenizer"]["name_or_path"])
+    )
     if not (directory / "tokenizer.json").is_file():
-        raise ExportError(f"the build's tokenizer {directory} is gone; pass --tokenizer DIR (or --tokenizer "
-                          f"{DEFAULT_TOKENIZER} for the built-in one)")
+        raise ExportError(
+            f"the build's tokenizer {directory} is gone; pass --tokenizer DIR (or --tokenizer "
+            f"{DEFAULT_TOKENIZER} for the built-in one)"
+        )
     if tokenizer_file_sha256(directory) != manifest["tokenizer"]["tokenizer_sha256"]:
-        raise ExportError(f"tokenizer {directory} is not the one the build used (tokenizer_sha256 in manifest.json differs)")
+        raise ExportError(
+            f"tokenizer {directory} is not the one the build used (tokenizer_sha256 in manifest.json differs)"
+        )
     return Tokenizer.from_file(str(directory / "tokenizer.json"))
 
 
@@ -135,25 +164,45 @@ def _write_text(path: Path, text: str) -> None:
 
 
 LOADING = {
-    ("trl", "sft"): "`SFTTrainer(model, train_dataset=load_dataset(\"parquet\", data_dir=OUT, split=\"train\"))`: "
-                    "the dataset has `input_ids`, so TRL uses it as tokenized; its collator sets labels to -100 where "
-                    "`assistant_masks` (and, with completion_only_loss, `completion_mask`) is 0.",
-    ("trl", "grpo"): "Rows of the batch `GRPOTrainer` feeds its loss: pad `prompt_ids` on the left and "
-                     "`completion_ids`, `completion_mask`, `old_per_token_logps` on the right; `advantages` is one "
-                     "float per row, the rollout's shared GRPO advantage (already normalized over its task's rollouts).",
-    ("verl", None): "`data.train_files` = these Parquet files (RLHFDataset columns `data_source`, `prompt`, `ability`, "
-                    "`reward_model`, `extra_info`); an agent loop that replays recorded segments returns "
-                    "`AgentLoopOutput(prompt_ids=..., response_ids=..., response_mask=..., response_logprobs=..., "
-                    "reward_score=..., num_turns=...)` from the row's columns.",
-    ("slime", None): "`samples.jsonl`: one `Sample.to_dict()` per line. For `--load-debug-rollout-data`: "
-                     "`torch.save({\"rollout_id\": 0, \"samples\": [json.loads(l) for l in open(\"samples.jsonl\")]}, "
-                     "\"rollout_0.pt\")`.",
+    (
+        "trl",
+        "sft",
+    ): '`SFTTrainer(model, train_dataset=load_dataset("parquet", data_dir=OUT, split="train"))`: '
+    "the dataset has `input_ids`, so TRL uses it as tokenized; its collator sets labels to -100 where "
+    "`assistant_masks` (and, with completion_only_loss, `completion_mask`) is 0.",
+    (
+        "trl",
+        "grpo",
+    ): "Rows of the batch `GRPOTrainer` feeds its loss: pad `prompt_ids` on the left and "
+    "`completion_ids`, `completion_mask`, `old_per_token_logps` on the right; `advantages` is one "
+    "float per row, the rollout's shared GRPO advantage (already normalized over its task's rollouts).",
+    (
+        "verl",
+        None,
+    ): "`data.train_files` = these Parquet files (RLHFDataset columns `data_source`, `prompt`, `ability`, "
+    "`reward_model`, `extra_info`); an agent loop that replays recorded segments returns "
+    "`AgentLoopOutput(prompt_ids=..., response_ids=..., response_mask=..., response_logprobs=..., "
+    "reward_score=..., num_turns=...)` from the row's columns.",
+    (
+        "slime",
+        None,
+    ): "`samples.jsonl`: one `Sample.to_dict()` per line. For `--load-debug-rollout-data`: "
+    '`torch.save({"rollout_id": 0, "samples": [json.loads(l) for l in open("samples.jsonl")]}, '
+    '"rollout_0.pt")`.',
 }
 
 
 def _readme(build: Path, target: str, mode: str | None, rows: int, schema) -> str:
     header = card_header(["seam", "export", target], list(schema)) if schema is not None else []
     title = f"# seam export for {target}" + (f" ({mode})" if mode else "")
-    body = [title, "", f"{rows:,} segments of the seam build `{build}` (its README.md documents them).", "",
-            LOADING[(target, mode)], "", "Details: docs/data.md, \"Exports\".", ""]
+    body = [
+        title,
+        "",
+        f"{rows:,} segments of the seam build `{build}` (its README.md documents them).",
+        "",
+        LOADING[(target, mode)],
+        "",
+        'Details: docs/data.md, "Exports".',
+        "",
+    ]
     return "\n".join([*header, "", *body]) if header else "\n".join(body)

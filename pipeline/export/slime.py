@@ -24,8 +24,19 @@ import pyarrow as pa
 
 from pipeline.export.tokens import response_starts
 
-METADATA = ["task_id", "segment_index", "num_segments", "advantage", "group_size", "seam_kind", "seam_trigger",
-            "num_compactions", "num_trainable_tokens", "trainable_tokens_after", "loss_weight_per_rollout"]
+METADATA = [
+    "task_id",
+    "segment_index",
+    "num_segments",
+    "advantage",
+    "group_size",
+    "seam_kind",
+    "seam_trigger",
+    "num_compactions",
+    "num_trainable_tokens",
+    "trainable_tokens_after",
+    "loss_weight_per_rollout",
+]
 
 
 class SampleWriter:
@@ -39,7 +50,15 @@ class SampleWriter:
 
     def write(self, shard: pa.Table) -> None:
         starts = response_starts(shard)
-        columns = ["rollout_id", "input_ids", "loss_mask", "logprobs", "reward", "truncated", *METADATA]
+        columns = [
+            "rollout_id",
+            "input_ids",
+            "loss_mask",
+            "logprobs",
+            "reward",
+            "truncated",
+            *METADATA,
+        ]
         for start, row in zip(starts, shard.select(columns).to_pylist()):
             self.fh.write(json.dumps(self._sample(int(start), row), ensure_ascii=False) + "\n")
             self.index += 1

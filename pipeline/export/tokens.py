@@ -22,7 +22,9 @@ def response_starts(table: pa.Table) -> np.ndarray:
     return pc.struct_field(first_call, "start").to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def split_lists(column: pa.ChunkedArray | pa.Array, at: np.ndarray) -> tuple[pa.ListArray, pa.ListArray]:
+def split_lists(
+    column: pa.ChunkedArray | pa.Array, at: np.ndarray
+) -> tuple[pa.ListArray, pa.ListArray]:
     """Each row's list cut into ``[:at]`` and ``[at:]``; a null row stays null in both."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     valid = array.is_valid().to_numpy(zero_copy_only=False)
@@ -33,7 +35,9 @@ def split_lists(column: pa.ChunkedArray | pa.Array, at: np.ndarray) -> tuple[pa.
     in_head = position_in_row < np.repeat(at, lengths)
     mask = None if valid.all() else pa.array(~valid)
     head = pa.ListArray.from_arrays(_offsets(at), values.filter(pa.array(in_head)), mask=mask)
-    tail = pa.ListArray.from_arrays(_offsets(lengths - at), values.filter(pa.array(~in_head)), mask=mask)
+    tail = pa.ListArray.from_arrays(
+        _offsets(lengths - at), values.filter(pa.array(~in_head)), mask=mask
+    )
     return head, tail
 
 

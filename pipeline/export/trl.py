@@ -25,27 +25,37 @@ from pipeline.export.tokens import response_starts, split_lists
 MODES = ("sft", "grpo")
 IDS = ["rollout_id", "task_id", "segment_index"]
 
-SFT_SCHEMA = pa.schema([
-    ("input_ids", pa.list_(pa.int32())),
-    ("completion_mask", pa.list_(pa.int8())),
-    ("assistant_masks", pa.list_(pa.int8())),
-    ("rollout_id", pa.string()), ("task_id", pa.string()), ("segment_index", pa.int32()),
-])
+SFT_SCHEMA = pa.schema(
+    [
+        ("input_ids", pa.list_(pa.int32())),
+        ("completion_mask", pa.list_(pa.int8())),
+        ("assistant_masks", pa.list_(pa.int8())),
+        ("rollout_id", pa.string()),
+        ("task_id", pa.string()),
+        ("segment_index", pa.int32()),
+    ]
+)
 
-GRPO_SCHEMA = pa.schema([
-    ("prompt_ids", pa.list_(pa.int32())),
-    ("completion_ids", pa.list_(pa.int32())),
-    ("completion_mask", pa.list_(pa.int8())),
-    ("advantages", pa.float32()),
-    ("old_per_token_logps", pa.list_(pa.float32())),
-    ("reward", pa.float32()),
-    ("rollout_id", pa.string()), ("task_id", pa.string()), ("segment_index", pa.int32()),
-])
+GRPO_SCHEMA = pa.schema(
+    [
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("completion_ids", pa.list_(pa.int32())),
+        ("completion_mask", pa.list_(pa.int8())),
+        ("advantages", pa.float32()),
+        ("old_per_token_logps", pa.list_(pa.float32())),
+        ("reward", pa.float32()),
+        ("rollout_id", pa.string()),
+        ("task_id", pa.string()),
+        ("segment_index", pa.int32()),
+    ]
+)
 
 
 def sft_table(shard: pa.Table) -> pa.Table:
     mask = shard["loss_mask"]
-    return pa.Table.from_arrays([shard["input_ids"], mask, mask, *(shard[c] for c in IDS)], schema=SFT_SCHEMA)
+    return pa.Table.from_arrays(
+        [shard["input_ids"], mask, mask, *(shard[c] for c in IDS)], schema=SFT_SCHEMA
+    )
 
 
 def grpo_table(shard: pa.Table) -> pa.Table:
@@ -53,6 +63,13 @@ def grpo_table(shard: pa.Table) -> pa.Table:
     prompt_ids, completion_ids = split_lists(shard["input_ids"], at)
     _, completion_mask = split_lists(shard["loss_mask"], at)
     _, old_logps = split_lists(shard["logprobs"], at)
-    columns = [prompt_ids, completion_ids, completion_mask, shard["advantage"], old_logps, shard["reward"],
-               *(shard[c] for c in IDS)]
+    columns = [
+        prompt_ids,
+        completion_ids,
+        completion_mask,
+        shard["advantage"],
+        old_logps,
+        shard["reward"],
+        *(shard[c] for c in IDS),
+    ]
     return pa.Table.from_arrays(columns, schema=GRPO_SCHEMA)

@@ -26,24 +26,35 @@ from pipeline.export.tokens import response_starts, split_lists
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
-EXTRA_INFO = pa.struct([
-    ("index", pa.int64()), ("split", pa.string()), ("rollout_id", pa.string()), ("task_id", pa.string()),
-    ("segment_index", pa.int32()), ("num_segments", pa.int32()), ("seam_kind", pa.string()),
-    ("num_compactions", pa.int32()), ("advantage", pa.float32()), ("group_size", pa.int32()),
-])
-SCHEMA = pa.schema([
-    ("data_source", pa.string()),
-    ("prompt", pa.list_(MESSAGE)),
-    ("ability", pa.string()),
-    ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-    ("extra_info", EXTRA_INFO),
-    ("prompt_ids", pa.list_(pa.int32())),
-    ("response_ids", pa.list_(pa.int32())),
-    ("response_mask", pa.list_(pa.int8())),
-    ("response_logprobs", pa.list_(pa.float32())),
-    ("reward_score", pa.float32()),
-    ("num_turns", pa.int32()),
-])
+EXTRA_INFO = pa.struct(
+    [
+        ("index", pa.int64()),
+        ("split", pa.string()),
+        ("rollout_id", pa.string()),
+        ("task_id", pa.string()),
+        ("segment_index", pa.int32()),
+        ("num_segments", pa.int32()),
+        ("seam_kind", pa.string()),
+        ("num_compactions", pa.int32()),
+        ("advantage", pa.float32()),
+        ("group_size", pa.int32()),
+    ]
+)
+SCHEMA = pa.schema(
+    [
+        ("data_source", pa.string()),
+        ("prompt", pa.list_(MESSAGE)),
+        ("ability", pa.string()),
+        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+        ("extra_info", EXTRA_INFO),
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("response_ids", pa.list_(pa.int32())),
+        ("response_mask", pa.list_(pa.int8())),
+        ("response_logprobs", pa.list_(pa.float32())),
+        ("reward_score", pa.float32()),
+        ("num_turns", pa.int32()),
+    ]
+)
 
 
 def chatml_messages(text: str) -> list[dict] | None:
@@ -71,18 +82,48 @@ def verl_table(shard: pa.Table, tokenizer, first_index: int) -> pa.Table:
     texts = tokenizer.decode_batch(prompt_ids.to_pylist(), skip_special_tokens=False)
     prompts = [chatml_messages(t) or [{"role": "user", "content": t}] for t in texts]
     n = shard.num_rows
-    num_turns = np.array([len(p) for p in prompts]) + 1 + _turns_opened(response_ids, tokenizer, shard["num_calls"])
+    num_turns = (
+        np.array([len(p) for p in prompts])
+        + 1
+        + _turns_opened(response_ids, tokenizer, shard["num_calls"])
+    )
     extra = pa.StructArray.from_arrays(
-        [pa.array(np.arange(first_index, first_index + n), pa.int64()), pa.array(["train"] * n),
-         *(shard[name].combine_chunks() for name in ("rollout_id", "task_id", "segment_index", "num_segments",
-                                                     "seam_kind", "num_compactions", "advantage", "group_size"))],
-        fields=list(EXTRA_INFO))
+        [
+            pa.array(np.arange(first_index, first_index + n), pa.int64()),
+            pa.array(["train"] * n),
+            *(
+                shard[name].combine_chunks()
+                for name in (
+                    "rollout_id",
+                    "task_id",
+                    "segment_index",
+                    "num_segments",
+                    "seam_kind",
+                    "num_compactions",
+                    "advantage",
+                    "group_size",
+                )
+            ),
+        ],
+        fields=list(EXTRA_INFO),
+    )
     reward_model = pa.StructArray.from_arrays(
         [pa.array(["recorded"] * n), pc.cast(shard["reward"], pa.string()).combine_chunks()],
-        names=["style", "ground_truth"])
-    columns = [pc.binary_join_element_wise("seam/", shard["source"], ""), pa.array(prompts, pa.list_(MESSAGE)),
-               pa.array(["agent"] * n), reward_model, extra, prompt_ids, response_ids, response_mask,
-               response_logprobs, shard["reward"], pa.array(num_turns, pa.int32())]
+        names=["style", "ground_truth"],
+    )
+    columns = [
+        pc.binary_join_element_wise("seam/", shard["source"], ""),
+        pa.array(prompts, pa.list_(MESSAGE)),
+        pa.array(["agent"] * n),
+        reward_model,
+        extra,
+        prompt_ids,
+        response_ids,
+        response_mask,
+        response_logprobs,
+        shard["reward"],
+        pa.array(num_turns, pa.int32()),
+    ]
     return pa.Table.from_arrays(columns, schema=SCHEMA)
 
 

@@ -22,9 +22,10 @@ rollouts) expose them through ``configure``, which returns a configured copy.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Union
 
 from schemas.rollout import Rollout
 
@@ -50,7 +51,7 @@ class Skipped:
     reason: str
 
 
-ReadItem = Union[Accepted, Rejected, Skipped]
+ReadItem = Union[Accepted, Rejected, Skipped]  # noqa: UP007 (a runtime alias; | needs 3.10 objects)
 
 
 class Reader:
@@ -64,7 +65,7 @@ class Reader:
     def read(self, path: Path) -> Iterator[ReadItem]:
         raise NotImplementedError
 
-    def configure(self, **options: Any) -> "Reader":
+    def configure(self, **options: Any) -> Reader:
         """A copy of this reader with ``options`` set (unknown option names are ignored,
         so one option set can be passed to whichever reader a file needs)."""
         known = {k: v for k, v in options.items() if k in self.options and v is not None}

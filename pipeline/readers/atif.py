@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.builder import Msg, RolloutBuilder, msg
@@ -57,9 +58,15 @@ def _referenced_by_sibling(path: Path) -> tuple[str, dict] | None:
             ref = doc.get("continued_trajectory_ref")
             if is_continuation and isinstance(ref, str) and _resolve(sibling, ref) == path:
                 return "continuation", doc
-            paths = [r.get("trajectory_path") for step in doc.get("steps") or [] if isinstance(step, dict)
-                     for res in ((step.get("observation") or {}).get("results") or []) if isinstance(res, dict)
-                     for r in res.get("subagent_trajectory_ref") or [] if isinstance(r, dict)]
+            paths = [
+                r.get("trajectory_path")
+                for step in doc.get("steps") or []
+                if isinstance(step, dict)
+                for res in ((step.get("observation") or {}).get("results") or [])
+                if isinstance(res, dict)
+                for r in res.get("subagent_trajectory_ref") or []
+                if isinstance(r, dict)
+            ]
         except (OSError, *BAD_CONTENT):
             continue
         if any(isinstance(p, str) and _resolve(sibling, p) == path for p in paths):
@@ -68,7 +75,9 @@ def _referenced_by_sibling(path: Path) -> tuple[str, dict] | None:
 
 
 def _rollout_id(doc: dict, path: Path | None) -> str:
-    return str(doc.get("trajectory_id") or doc.get("session_id") or (path.stem if path else "trajectory"))
+    return str(
+        doc.get("trajectory_id") or doc.get("session_id") or (path.stem if path else "trajectory")
+    )
 
 
 def _trial_result(path: Path) -> dict:
@@ -85,7 +94,9 @@ def _trial_result(path: Path) -> dict:
 def _reward(result: dict) -> float | None:
     rewards = (result.get("verifier_result") or {}).get("rewards")
     if isinstance(rewards, dict):
-        value = rewards.get("reward", next(iter(rewards.values()), None) if len(rewards) == 1 else None)
+        value = rewards.get(
+            "reward", next(iter(rewards.values()), None) if len(rewards) == 1 else None
+        )
         return float(value) if isinstance(value, (int, float)) else None
     return float(rewards) if isinstance(rewards, (int, float)) else None
 
@@ -108,12 +119,17 @@ class AtifReader(Reader):
             return
         referenced = _referenced_by_sibling(path)
         if referenced and referenced[0] == "continuation":
-            yield Skipped(None, "continuation file: read as part of the trajectory that references it")
+            yield Skipped(
+                None, "continuation file: read as part of the trajectory that references it"
+            )
             return
         parent = _rollout_id(referenced[1], None) if referenced else None
         docs, notes = [doc], {}
         current_path, current = path, doc
-        while isinstance(current.get("continued_trajectory_ref"), str) and len(docs) <= MAX_CONTINUATIONS:
+        while (
+            isinstance(current.get("continued_trajectory_ref"), str)
+            and len(docs) <= MAX_CONTINUATIONS
+        ):
             nxt = _resolve(current_path, current["continued_trajectory_ref"])
             if nxt is None:
                 notes["continuation_missing"] = current["continued_trajectory_ref"]
@@ -132,7 +148,9 @@ class AtifReader(Reader):
         rollout_id = _rollout_id(doc, path)
         if parent is not None and rollout_id == parent:
             rollout_id = f"{parent}/{path.stem}"
-        summary = parent is not None and re.search(r"summarization-\d+-summary", path.name) is not None
+        summary = (
+            parent is not None and re.search(r"summarization-\d+-summary", path.name) is not None
+        )
         yield self._rollout(docs, rollout_id, result, notes, parent, summary)
         embedded = doc.get("subagent_trajectories")
         for sub in embedded if isinstance(embedded, list) else []:
@@ -140,8 +158,15 @@ class AtifReader(Reader):
                 sub_id = f"{rollout_id}/{sub.get('trajectory_id') or sub.get('session_id')}"
                 yield self._rollout([sub], sub_id, {}, {}, rollout_id)
 
-    def _rollout(self, docs: list[dict], rollout_id: str, result: dict, notes: dict, parent: str | None,
-                 summary: bool = False) -> ReadItem:
+    def _rollout(
+        self,
+        docs: list[dict],
+        rollout_id: str,
+        result: dict,
+        notes: dict,
+        parent: str | None,
+        summary: bool = False,
+    ) -> ReadItem:
         """One rollout from a trajectory and its continuations. ``summary``: the trajectory
         is a summarization sub-agent's, so its last call produced the summary."""
         steps = sum(len(d["steps"]) for d in docs if isinstance(d.get("steps"), list))
@@ -157,9 +182,13 @@ class AtifReader(Reader):
                         copied.extend(self._messages(step, as_context=True))
                         continue
                     if copied:
-                        builder.rewrite("compaction", "budget", builder.match(copied),
-                                        id=f"copied-before-step-{step.get('step_id')}",
-                                        meta={"copied_steps": len(copied), **(pending or {})})
+                        builder.rewrite(
+                            "compaction",
+                            "budget",
+                            builder.match(copied),
+                            id=f"copied-before-step-{step.get('step_id')}",
+                            meta={"copied_steps": len(copied), **(pending or {})},
+                        )
                         copied, pending = [], None
                     elif pending is not None:
                         self._boundary(builder, pending)
@@ -169,23 +198,47 @@ class AtifReader(Reader):
                         continue
                     for m in self._messages(step, as_context=False):
                         if m.role == "tool" and not builder.is_open(m.fields["tool_call_id"]):
-                            m = msg("user", m.content, id=m.id, meta={"source_call_id": m.fields["tool_call_id"]})
+                            m = msg(
+                                "user",
+                                m.content,
+                                id=m.id,
+                                meta={"source_call_id": m.fields["tool_call_id"]},
+                            )
                         builder.append(m)
                 if copied:
-                    builder.rewrite("compaction", "budget", builder.match(copied), meta={"copied_steps": len(copied)})
+                    builder.rewrite(
+                        "compaction",
+                        "budget",
+                        builder.match(copied),
+                        meta={"copied_steps": len(copied)},
+                    )
             if pending is not None:
                 self._boundary(builder, pending)
             if summary and builder.last_call is not None:
                 builder.update(builder.last_call.id, kind="summary")
             agent = docs[0].get("agent") or {}
-            meta = {**notes, "agent": agent.get("name"), "agent_version": agent.get("version"),
-                    "session_id": docs[0].get("session_id"), "schema_version": docs[0].get("schema_version")}
-            tools = [t if "function" in t else {"type": "function", "function": t}
-                     for t in agent.get("tool_definitions") or [] if isinstance(t, dict)]
-            rollout = builder.build(rollout_id=rollout_id, task_id=str(result.get("task_name") or rollout_id),
-                                    source=self.name, model=agent.get("model_name"), tools=tools,
-                                    reward=_reward(result), parent_rollout_id=parent,
-                                    meta={k: v for k, v in meta.items() if v is not None})
+            meta = {
+                **notes,
+                "agent": agent.get("name"),
+                "agent_version": agent.get("version"),
+                "session_id": docs[0].get("session_id"),
+                "schema_version": docs[0].get("schema_version"),
+            }
+            tools = [
+                t if "function" in t else {"type": "function", "function": t}
+                for t in agent.get("tool_definitions") or []
+                if isinstance(t, dict)
+            ]
+            rollout = builder.build(
+                rollout_id=rollout_id,
+                task_id=str(result.get("task_name") or rollout_id),
+                source=self.name,
+                model=agent.get("model_name"),
+                tools=tools,
+                reward=_reward(result),
+                parent_rollout_id=parent,
+                meta={k: v for k, v in meta.items() if v is not None},
+            )
         except BAD_CONTENT as exc:
             return Rejected(None, f"trajectory {rollout_id}: {reason_of(exc)}", records=steps)
         return Accepted(rollout, None, records=steps)
@@ -201,22 +254,43 @@ class AtifReader(Reader):
 
     @staticmethod
     def _boundary_meta(step: dict) -> dict:
-        results = [r for r in (step.get("observation") or {}).get("results") or [] if isinstance(r, dict)]
+        results = [
+            r for r in (step.get("observation") or {}).get("results") or [] if isinstance(r, dict)
+        ]
         refs = [ref for r in results for ref in r.get("subagent_trajectory_ref") or []]
         content = "\n".join(content_text(r.get("content")) for r in results if r.get("content"))
-        return {"boundary_step": step.get("step_id"), "subagent_refs": refs, "summary": content,
-                "context_management": (step.get("extra") or {}).get("context_management")}
+        return {
+            "boundary_step": step.get("step_id"),
+            "subagent_refs": refs,
+            "summary": content,
+            "context_management": (step.get("extra") or {}).get("context_management"),
+        }
 
     @staticmethod
     def _boundary(builder: RolloutBuilder, meta: dict) -> None:
         """A summarization step with no copied steps after it: its content is the new context."""
         summary = meta.pop("summary")
-        items = [msg("user", summary, id=f"step-{meta['boundary_step']}:summary", meta={"compact_summary": True})] \
-            if summary else []
+        items = (
+            [
+                msg(
+                    "user",
+                    summary,
+                    id=f"step-{meta['boundary_step']}:summary",
+                    meta={"compact_summary": True},
+                )
+            ]
+            if summary
+            else []
+        )
         if not summary:
             meta["context_unknown"] = "no copied steps and no summary content after this step"
-        builder.rewrite("compaction", "budget", items, id=f"boundary-step-{meta['boundary_step']}",
-                        meta={k: v for k, v in meta.items() if v})
+        builder.rewrite(
+            "compaction",
+            "budget",
+            items,
+            id=f"boundary-step-{meta['boundary_step']}",
+            meta={k: v for k, v in meta.items() if v},
+        )
 
     @staticmethod
     def _messages(step: dict, as_context: bool) -> list[Msg]:
@@ -231,12 +305,24 @@ class AtifReader(Reader):
             meta["model"] = step["model_name"]
         if step.get("llm_call_count") == 0:
             meta["not_a_model_call"] = True
-        calls = [{"id": c.get("tool_call_id"), "name": c.get("function_name"), "arguments": c.get("arguments")}
-                 for c in step.get("tool_calls") or [] if isinstance(c, dict)]
-        fields: dict[str, Any] = {"reasoning": step.get("reasoning_content") or None, "tool_calls": calls or None}
+        calls = [
+            {
+                "id": c.get("tool_call_id"),
+                "name": c.get("function_name"),
+                "arguments": c.get("arguments"),
+            }
+            for c in step.get("tool_calls") or []
+            if isinstance(c, dict)
+        ]
+        fields: dict[str, Any] = {
+            "reasoning": step.get("reasoning_content") or None,
+            "tool_calls": calls or None,
+        }
         if not as_context and metrics.get("completion_token_ids"):
             fields["output_ids"] = list(metrics["completion_token_ids"])
-            fields["prompt_ids"] = list(metrics["prompt_token_ids"]) if metrics.get("prompt_token_ids") else None
+            fields["prompt_ids"] = (
+                list(metrics["prompt_token_ids"]) if metrics.get("prompt_token_ids") else None
+            )
             logprobs = metrics.get("logprobs")
             if logprobs and len(logprobs) == len(fields["output_ids"]):
                 fields["logprobs"] = [float(x) for x in logprobs]
@@ -249,11 +335,23 @@ class AtifReader(Reader):
                 continue
             body = content_text(result.get("content"))
             if result.get("source_call_id"):
-                out.append(msg("tool", body, id=f"{sid}:{result['source_call_id']}",
-                               tool_call_id=str(result["source_call_id"])))
+                out.append(
+                    msg(
+                        "tool",
+                        body,
+                        id=f"{sid}:{result['source_call_id']}",
+                        tool_call_id=str(result["source_call_id"]),
+                    )
+                )
             else:
                 plain.append(body)
         if plain:
-            out.append(msg("user", "\n".join(plain), id=f"{sid}:observation",
-                           meta={"observation_of_step": step.get("step_id")}))
+            out.append(
+                msg(
+                    "user",
+                    "\n".join(plain),
+                    id=f"{sid}:observation",
+                    meta={"observation_of_step": step.get("step_id")},
+                )
+            )
         return out

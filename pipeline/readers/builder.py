@@ -42,8 +42,11 @@ def msg(role: str, content: str = "", id: str | None = None, **fields: Any) -> M
 class RolloutBuilder:
     """Replays one rollout's messages and rewrites into canonical events."""
 
-    def __init__(self, fill_missing_results: bool = False,
-                 fill_before: tuple[str, ...] = ("assistant", "user", "system")) -> None:
+    def __init__(
+        self,
+        fill_missing_results: bool = False,
+        fill_before: tuple[str, ...] = ("assistant", "user", "system"),
+    ) -> None:
         self.events: list[MessageEvent | RewriteEvent] = []
         self.messages: dict[str, MessageEvent] = {}
         self.live: list[str] = []
@@ -84,7 +87,9 @@ class RolloutBuilder:
     def update(self, message_id: str, **changes: Any) -> None:
         """Replace fields of an appended message (e.g. token ids that arrive after it)."""
         if message_id not in self._position:
-            raise ValueError(f"message {message_id} is not an appended message and cannot be updated")
+            raise ValueError(
+                f"message {message_id} is not an appended message and cannot be updated"
+            )
         old = self.messages[message_id]
         new = MessageEvent.model_validate({**old.model_dump(exclude_none=True), **changes})
         self.messages[message_id] = new
@@ -94,12 +99,25 @@ class RolloutBuilder:
 
     def fill_missing_results(self, keep_open: frozenset = frozenset()) -> None:
         for call_id in [c for c in self._open if c not in keep_open]:
-            self.append(msg("tool", MISSING_RESULT, id=f"{call_id}:no-result", tool_call_id=call_id,
-                            meta={"synthesized": "the source records no result for this call"}))
+            self.append(
+                msg(
+                    "tool",
+                    MISSING_RESULT,
+                    id=f"{call_id}:no-result",
+                    tool_call_id=call_id,
+                    meta={"synthesized": "the source records no result for this call"},
+                )
+            )
             self._synthesized += 1
 
-    def rewrite(self, reason: str, trigger: str, items: list[Keep | Msg], id: str | None = None,
-                meta: dict | None = None) -> RewriteEvent:
+    def rewrite(
+        self,
+        reason: str,
+        trigger: str,
+        items: list[Keep | Msg],
+        id: str | None = None,
+        meta: dict | None = None,
+    ) -> RewriteEvent:
         """Replace the live context by ``items`` (kept ids and new messages, in order)."""
         if self._fill:
             self.fill_missing_results()
@@ -111,8 +129,13 @@ class RolloutBuilder:
                 event = self._event(item, answer=False)
                 if event is not None:
                     context.append(event)
-        event = RewriteEvent(id=self._ids.claim(id or f"rewrite-{len(self.events)}"), reason=reason,
-                             trigger=trigger, context=context, meta=meta or {})
+        event = RewriteEvent(
+            id=self._ids.claim(id or f"rewrite-{len(self.events)}"),
+            reason=reason,
+            trigger=trigger,
+            context=context,
+            meta=meta or {},
+        )
         self.events.append(event)
         self.live = [item.id for item in context]
         return event
@@ -124,7 +147,14 @@ class RolloutBuilder:
         pos = 0
         for cand in candidates:
             key = self._key(cand)
-            hit = next((j for j in range(pos, len(self.live)) if self._key(self.messages[self.live[j]]) == key), None)
+            hit = next(
+                (
+                    j
+                    for j in range(pos, len(self.live))
+                    if self._key(self.messages[self.live[j]]) == key
+                ),
+                None,
+            )
             if hit is None:
                 items.append(cand)
             else:
@@ -139,7 +169,9 @@ class RolloutBuilder:
         meta = dict(fields.pop("meta", None) or {})
         if self._fill:
             last = self.last_call
-            self.fill_missing_results(frozenset(c.id for c in last.tool_calls) if last else frozenset())
+            self.fill_missing_results(
+                frozenset(c.id for c in last.tool_calls) if last else frozenset()
+            )
         if self._synthesized:
             meta["synthesized_tool_results"] = self._synthesized
         if self._renamed:
@@ -151,8 +183,10 @@ class RolloutBuilder:
         if isinstance(m, MessageEvent):
             calls = tuple((c.name, c.arguments) for c in m.tool_calls)
             return m.role, m.content.strip(), calls, m.tool_call_id
-        calls = tuple((str(c.get("name") or "unknown"), as_arguments(c.get("arguments")))
-                      for c in m.fields.get("tool_calls", []))
+        calls = tuple(
+            (str(c.get("name") or "unknown"), as_arguments(c.get("arguments")))
+            for c in m.fields.get("tool_calls", [])
+        )
         call_id = m.fields.get("tool_call_id")
         return m.role, m.content.strip(), calls, self._alias.get(call_id, call_id)
 
@@ -167,7 +201,9 @@ class RolloutBuilder:
             fields["tool_call_id"] = call_id
         msg_id = self._ids.claim(m.id or f"m{len(self.messages)}")
         if fields.get("tool_calls"):
-            fields["tool_calls"] = [self._call(c, msg_id, i) for i, c in enumerate(fields["tool_calls"])]
+            fields["tool_calls"] = [
+                self._call(c, msg_id, i) for i, c in enumerate(fields["tool_calls"])
+            ]
         event = MessageEvent(id=msg_id, role=m.role, content=m.content or "", **fields)
         self.messages[msg_id] = event
         for call in event.tool_calls:
@@ -180,12 +216,21 @@ class RolloutBuilder:
         self._alias[original] = new_id
         if new_id != original:
             self._renamed[new_id] = original
-        return {"id": new_id, "name": str(call.get("name") or "unknown"),
-                "arguments": as_arguments(call.get("arguments"))}
+        return {
+            "id": new_id,
+            "name": str(call.get("name") or "unknown"),
+            "arguments": as_arguments(call.get("arguments")),
+        }
 
 
-OPENAI_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
-                "tool": "tool", "function": "tool"}
+OPENAI_ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
 
 
 def openai_message(m: dict, id: str | None = None, meta: dict | None = None) -> Msg:
@@ -195,9 +240,15 @@ def openai_message(m: dict, id: str | None = None, meta: dict | None = None) -> 
         raise ValueError(f"unknown message role {m.get('role')!r}")
     fields: dict[str, Any] = {"meta": meta or None}
     if role == "assistant":
-        calls = [{"id": c.get("id"), "name": (c.get("function") or {}).get("name"),
-                  "arguments": (c.get("function") or {}).get("arguments")}
-                 for c in m.get("tool_calls") or [] if isinstance(c, dict)]
+        calls = [
+            {
+                "id": c.get("id"),
+                "name": (c.get("function") or {}).get("name"),
+                "arguments": (c.get("function") or {}).get("arguments"),
+            }
+            for c in m.get("tool_calls") or []
+            if isinstance(c, dict)
+        ]
         fields["tool_calls"] = calls or None
         reasoning = m.get("reasoning_content") or m.get("reasoning") or m.get("thinking")
         fields["reasoning"] = content_text(reasoning) or None

@@ -18,12 +18,18 @@ Claude Code records no system prompt, tool schemas, token ids or rewards.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.readers import Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.claude_code_replay import Entry, Thread, thread_rollout
-from pipeline.readers.common import BAD_CONTENT, UniqueNames, content_text, iter_json_records, reason_of
+from pipeline.readers.common import (
+    BAD_CONTENT,
+    UniqueNames,
+    content_text,
+    iter_json_records,
+    reason_of,
+)
 
 MESSAGE_TYPES = {"user", "assistant", "system"}
 SKIP_REASONS = {
@@ -36,7 +42,9 @@ SKIP_REASONS = {
 @register
 class ClaudeCodeReader(Reader):
     name = "claude-code"
-    description = "Claude Code session JSONL (~/.claude/projects/*/*.jsonl), sub-agent files included"
+    description = (
+        "Claude Code session JSONL (~/.claude/projects/*/*.jsonl), sub-agent files included"
+    )
 
     def sniff(self, path: Path, head: bytes) -> bool:
         for line in head.split(b"\n")[:50]:
@@ -65,7 +73,9 @@ class ClaudeCodeReader(Reader):
         for thread in threads.values():
             yield from thread_rollout(thread, path, ids, self.name)
 
-    def _sort(self, rec: dict, line: int, raw: str, threads: dict, thread_of: dict, seen: set) -> str | None:
+    def _sort(
+        self, rec: dict, line: int, raw: str, threads: dict, thread_of: dict, seen: set
+    ) -> str | None:
         """Put one record into its conversation; returns a skip reason if it is not a message."""
         rtype = rec.get("type")
         if rtype not in MESSAGE_TYPES:
@@ -129,7 +139,9 @@ class ClaudeCodeReader(Reader):
         content = message.get("content")
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
         results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
-        text = content_text([b for b in blocks if not (isinstance(b, dict) and b.get("type") == "tool_result")])
+        text = content_text(
+            [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "tool_result")]
+        )
         for block in results:
             thread.entries.append(Entry("result", line, {"rec": rec, "block": block}))
         if text.strip():

@@ -17,9 +17,9 @@ response; this module replays one conversation, in file order, into events:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.readers import Accepted, ReadItem, Rejected, Skipped
 from pipeline.readers.builder import Msg, RolloutBuilder, msg
@@ -27,13 +27,18 @@ from pipeline.readers.common import BAD_CONTENT, UniqueNames, content_text, reas
 from schemas.rollout import Keep, MessageEvent
 
 CLEARED = "[Old tool result content cleared]"
-STOP_REASONS = {"tool_use": "tool_calls", "end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length"}
+STOP_REASONS = {
+    "tool_use": "tool_calls",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+}
 ORPHAN = "tool_result for a tool_use not in this conversation (sliced file, or a second result for one call)"
 
 
 @dataclass
 class Entry:
-    kind: str          # user | call | result | summary | compact | microcompact
+    kind: str  # user | call | result | summary | compact | microcompact
     line: int
     data: dict
 
@@ -58,40 +63,64 @@ def thread_rollout(thread: Thread, path: Path, ids: UniqueNames, source: str) ->
     """The file is named after its session; records of other sessions before the first of
     its own are the copies a resume makes (slices and sub-agent files are not renamed)."""
     resumed = path.name.split(".")[0] in thread.sessions
-    session = path.name.split(".")[0] if resumed else (thread.sessions[0] if thread.sessions else path.stem)
+    session = (
+        path.name.split(".")[0]
+        if resumed
+        else (thread.sessions[0] if thread.sessions else path.stem)
+    )
     first = min(thread.lines) if thread.lines else None
     copied = 0
     if resumed:
-        copied = next((i for i, e in enumerate(thread.entries) if str(e.session_id()) == session), 0)
+        copied = next(
+            (i for i, e in enumerate(thread.entries) if str(e.session_id()) == session), 0
+        )
     builder = RolloutBuilder(fill_missing_results=True)
     replay = _Replay(builder)
     try:
         if copied:
             earlier = _Replay(RolloutBuilder(fill_missing_results=True), replay)
             earlier.run(thread.entries[:copied])
-            builder.rewrite("edit", "manual", [_as_context(m) for m in earlier.builder.live_messages()],
-                            id="resumed", meta={"resumed_from": thread.entries[0].session_id(), "copied": copied})
+            builder.rewrite(
+                "edit",
+                "manual",
+                [_as_context(m) for m in earlier.builder.live_messages()],
+                id="resumed",
+                meta={"resumed_from": thread.entries[0].session_id(), "copied": copied},
+            )
         replay.run(thread.entries[copied:])
     except BAD_CONTENT as exc:
-        yield Rejected(first, f"{thread.key} of session {session}: {reason_of(exc)}", records=len(thread.lines))
+        yield Rejected(
+            first, f"{thread.key} of session {session}: {reason_of(exc)}", records=len(thread.lines)
+        )
         return
     skipped = set(replay.orphans) - replay.used
     yield from (Skipped(line, ORPHAN) for line in sorted(skipped))
     records = len(thread.lines - skipped)
     if not builder.has_calls():
         if records:
-            yield Rejected(first, f"{thread.key} of session {session} has no model call ({records} records)",
-                           records=records)
+            yield Rejected(
+                first,
+                f"{thread.key} of session {session} has no model call ({records} records)",
+                records=records,
+            )
         return
     main = thread.key == "main"
     rollout_id = ids.claim(session if main else f"{session}/{thread.key}")
-    meta = {**thread.meta, "session_id": session, "agent_id": thread.agent_id,
-            "models": replay.models if len(replay.models) > 1 else None}
+    meta = {
+        **thread.meta,
+        "session_id": session,
+        "agent_id": thread.agent_id,
+        "models": replay.models if len(replay.models) > 1 else None,
+    }
     try:
-        rollout = builder.build(rollout_id=rollout_id, task_id=session, source=source,
-                                model=replay.models[0] if replay.models else None,
-                                meta={k: v for k, v in meta.items() if v is not None},
-                                parent_rollout_id=None if main else session)
+        rollout = builder.build(
+            rollout_id=rollout_id,
+            task_id=session,
+            source=source,
+            model=replay.models[0] if replay.models else None,
+            meta={k: v for k, v in meta.items() if v is not None},
+            parent_rollout_id=None if main else session,
+        )
     except BAD_CONTENT as exc:
         yield Rejected(first, f"{rollout_id}: {reason_of(exc)}", records=records)
         return
@@ -99,13 +128,18 @@ def thread_rollout(thread: Thread, path: Path, ids: UniqueNames, source: str) ->
 
 
 def _as_context(m: MessageEvent) -> Msg:
-    return Msg(m.role, m.content, m.id, m.model_dump(exclude_none=True, exclude={"type", "id", "role", "content"}))
+    return Msg(
+        m.role,
+        m.content,
+        m.id,
+        m.model_dump(exclude_none=True, exclude={"type", "id", "role", "content"}),
+    )
 
 
 class _Replay:
     """Entries → builder events; ``shared`` is a replay whose bookkeeping this one adds to."""
 
-    def __init__(self, builder: RolloutBuilder, shared: "_Replay | None" = None) -> None:
+    def __init__(self, builder: RolloutBuilder, shared: _Replay | None = None) -> None:
         self.builder = builder
         self.by_uuid: dict[str, str] = shared.by_uuid if shared else {}
         self.orphans: dict[int, str] = shared.orphans if shared else {}
@@ -127,8 +161,14 @@ class _Replay:
                 self._microcompaction(entry)
             elif entry.kind == "user":
                 rec = entry.data["rec"]
-                event = self.builder.append(msg("user", entry.data["text"], id=rec.get("uuid"),
-                                                meta={"is_meta": True} if rec.get("isMeta") else None))
+                event = self.builder.append(
+                    msg(
+                        "user",
+                        entry.data["text"],
+                        id=rec.get("uuid"),
+                        meta={"is_meta": True} if rec.get("isMeta") else None,
+                    )
+                )
                 self.by_uuid[str(rec.get("uuid"))] = event.id
             elif entry.kind == "result":
                 if not self._result(entry):
@@ -148,23 +188,37 @@ class _Replay:
             message = rec.get("message") or {}
             stop = message.get("stop_reason") or stop
             content = message.get("content")
-            for block in content if isinstance(content, list) else [{"type": "text", "text": content or ""}]:
+            for block in (
+                content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+            ):
                 kind = block.get("type") if isinstance(block, dict) else None
                 if kind == "text":
                     text.append(block.get("text") or "")
                 elif kind == "thinking":
                     thinking.append(block.get("thinking") or "")
                 elif kind == "tool_use":
-                    calls.append({"id": block.get("id"), "name": block.get("name"), "arguments": block.get("input")})
+                    calls.append(
+                        {
+                            "id": block.get("id"),
+                            "name": block.get("name"),
+                            "arguments": block.get("input"),
+                        }
+                    )
                 else:
                     other.append(str(kind))
         first = entry.data["records"][0]
         message = first.get("message") or {}
-        event = self.builder.append(msg(
-            "assistant", "\n\n".join(t for t in text if t), id=message.get("id") or first.get("uuid"),
-            reasoning="\n\n".join(thinking) or None, tool_calls=calls or None,
-            finish_reason=STOP_REASONS.get(stop) or ("tool_calls" if calls else None),
-            meta={"unsupported_blocks": other} if other else None))
+        event = self.builder.append(
+            msg(
+                "assistant",
+                "\n\n".join(t for t in text if t),
+                id=message.get("id") or first.get("uuid"),
+                reasoning="\n\n".join(thinking) or None,
+                tool_calls=calls or None,
+                finish_reason=STOP_REASONS.get(stop) or ("tool_calls" if calls else None),
+                meta={"unsupported_blocks": other} if other else None,
+            )
+        )
         self.by_uuid.update({str(rec.get("uuid")): event.id for rec in entry.data["records"]})
         model = message.get("model")
         if model and model not in self.models:
@@ -175,8 +229,15 @@ class _Replay:
         call_id = block.get("tool_use_id")
         if not call_id or not self.builder.is_open(str(call_id)):
             return False
-        self.builder.append(msg("tool", content_text(block.get("content")), id=f"{rec.get('uuid')}:{call_id}",
-                                tool_call_id=str(call_id), meta={"is_error": True} if block.get("is_error") else None))
+        self.builder.append(
+            msg(
+                "tool",
+                content_text(block.get("content")),
+                id=f"{rec.get('uuid')}:{call_id}",
+                tool_call_id=str(call_id),
+                meta={"is_error": True} if block.get("is_error") else None,
+            )
+        )
         return True
 
     def _compaction(self, boundary: Entry | None, summary: Entry | None) -> None:
@@ -184,17 +245,32 @@ class _Replay:
         cm = (boundary.data.get("compactMetadata") or {}) if boundary else {}
         items: list = []
         if summary is not None:
-            items.append(msg("user", content_text((summary.data.get("message") or {}).get("content")),
-                             id=summary.data.get("uuid"), meta={"compact_summary": True}))
-        preserved = {self.by_uuid.get(str(u)) for u in (cm.get("preservedMessages") or {}).get("uuids") or []}
+            items.append(
+                msg(
+                    "user",
+                    content_text((summary.data.get("message") or {}).get("content")),
+                    id=summary.data.get("uuid"),
+                    meta={"compact_summary": True},
+                )
+            )
+        preserved = {
+            self.by_uuid.get(str(u)) for u in (cm.get("preservedMessages") or {}).get("uuids") or []
+        }
         items.extend(Keep(id=i) for i in self.builder.live if i in preserved)
-        meta = {"boundary_line": boundary.line if boundary else None, "pre_tokens": cm.get("preTokens"),
-                "source_trigger": cm.get("trigger"), "boundary_missing": boundary is None or None,
-                "summary_missing": summary is None or None}
+        meta = {
+            "boundary_line": boundary.line if boundary else None,
+            "pre_tokens": cm.get("preTokens"),
+            "source_trigger": cm.get("trigger"),
+            "boundary_missing": boundary is None or None,
+            "summary_missing": summary is None or None,
+        }
         self.builder.rewrite(
-            "compaction", "manual" if cm.get("trigger") == "manual" else "budget", items,
+            "compaction",
+            "manual" if cm.get("trigger") == "manual" else "budget",
+            items,
             id=boundary.data.get("uuid") if boundary else f"{summary.data.get('uuid')}:compaction",
-            meta={k: v for k, v in meta.items() if v is not None})
+            meta={k: v for k, v in meta.items() if v is not None},
+        )
 
     def _microcompaction(self, entry: Entry) -> None:
         md = entry.data.get("microcompactMetadata") or {}
@@ -202,11 +278,26 @@ class _Replay:
         items: list = []
         for event in self.builder.live_messages():
             if event.role == "tool" and event.tool_call_id in cleared:
-                items.append(msg("tool", CLEARED, id=f"{event.id}~cleared", tool_call_id=event.tool_call_id,
-                                 meta={"replaces": event.id}))
+                items.append(
+                    msg(
+                        "tool",
+                        CLEARED,
+                        id=f"{event.id}~cleared",
+                        tool_call_id=event.tool_call_id,
+                        meta={"replaces": event.id},
+                    )
+                )
             else:
                 items.append(Keep(id=event.id))
-        self.builder.rewrite("compaction", "manual" if md.get("trigger") == "manual" else "budget", items,
-                             id=entry.data.get("uuid"),
-                             meta={"kind": "microcompact", "pre_tokens": md.get("preTokens"),
-                                   "tokens_saved": md.get("tokensSaved"), "boundary_line": entry.line})
+        self.builder.rewrite(
+            "compaction",
+            "manual" if md.get("trigger") == "manual" else "budget",
+            items,
+            id=entry.data.get("uuid"),
+            meta={
+                "kind": "microcompact",
+                "pre_tokens": md.get("preTokens"),
+                "tokens_saved": md.get("tokensSaved"),
+                "boundary_line": entry.line,
+            },
+        )

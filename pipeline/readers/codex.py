@@ -18,19 +18,35 @@ A file may hold several sessions: each ``session_meta`` starts a rollout.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.builder import Msg, RolloutBuilder, msg
-from pipeline.readers.common import (BAD_CONTENT, UniqueNames, as_arguments, content_text, first_json_object,
-                                     iter_json_records, reason_of)
+from pipeline.readers.common import (
+    BAD_CONTENT,
+    UniqueNames,
+    as_arguments,
+    content_text,
+    first_json_object,
+    iter_json_records,
+    reason_of,
+)
 from schemas.rollout import Keep
 
-CALL_ITEMS = {"function_call": "arguments", "custom_tool_call": "input", "local_shell_call": "action",
-              "tool_search_call": "arguments"}
+CALL_ITEMS = {
+    "function_call": "arguments",
+    "custom_tool_call": "input",
+    "local_shell_call": "action",
+    "tool_search_call": "arguments",
+}
 BUILTIN_ITEMS = {"web_search_call", "image_generation_call"}
-OUTPUT_ITEMS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output", "tool_search_output"}
+OUTPUT_ITEMS = {
+    "function_call_output",
+    "custom_tool_call_output",
+    "local_shell_call_output",
+    "tool_search_output",
+}
 OPAQUE_ITEMS = {"compaction", "compaction_summary"}
 ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant"}
 # User-role messages Codex injects (environment context, AGENTS.md); they do not start a turn.
@@ -40,8 +56,12 @@ INJECTED_PREFIXES = ("<", "# AGENTS.md")
 def _is_output(item: dict) -> bool:
     """Items the model generated (the rest are its input)."""
     kind = item.get("type")
-    return (kind == "message" and item.get("role") == "assistant") or kind == "reasoning" or \
-        kind in CALL_ITEMS or kind in BUILTIN_ITEMS
+    return (
+        (kind == "message" and item.get("role") == "assistant")
+        or kind == "reasoning"
+        or kind in CALL_ITEMS
+        or kind in BUILTIN_ITEMS
+    )
 
 
 class _Call:
@@ -60,21 +80,36 @@ class _Call:
             self.text.append(content_text(item.get("content")))
         elif kind == "reasoning":
             raw = content_text(item.get("content"))
-            self.reasoning.append(raw or "\n".join(content_text(s) for s in item.get("summary") or []))
+            self.reasoning.append(
+                raw or "\n".join(content_text(s) for s in item.get("summary") or [])
+            )
             if item.get("encrypted_content"):
                 self.meta["encrypted_reasoning"] = True
         elif kind in CALL_ITEMS:
-            self.calls.append({"id": item.get("call_id") or item.get("id"), "name": item.get("name") or kind,
-                               "arguments": as_arguments(item.get(CALL_ITEMS[kind]))})
+            self.calls.append(
+                {
+                    "id": item.get("call_id") or item.get("id"),
+                    "name": item.get("name") or kind,
+                    "arguments": as_arguments(item.get(CALL_ITEMS[kind])),
+                }
+            )
             if kind != "function_call":
                 self.meta.setdefault("call_types", {})[str(self.calls[-1]["id"])] = kind
         else:
-            self.meta.setdefault("builtin_calls", []).append({k: v for k, v in item.items() if k != "metadata"})
+            self.meta.setdefault("builtin_calls", []).append(
+                {k: v for k, v in item.items() if k != "metadata"}
+            )
 
     def message(self) -> Msg:
-        return msg("assistant", "\n\n".join(t for t in self.text if t), id=f"L{self.line}" if self.line else None,
-                   reasoning="\n\n".join(r for r in self.reasoning if r) or None, tool_calls=self.calls or None,
-                   finish_reason="tool_calls" if self.calls else None, meta=self.meta or None)
+        return msg(
+            "assistant",
+            "\n\n".join(t for t in self.text if t),
+            id=f"L{self.line}" if self.line else None,
+            reasoning="\n\n".join(r for r in self.reasoning if r) or None,
+            tool_calls=self.calls or None,
+            finish_reason="tool_calls" if self.calls else None,
+            meta=self.meta or None,
+        )
 
     def __bool__(self) -> bool:
         return bool(self.text or self.reasoning or self.calls or self.meta)
@@ -90,11 +125,22 @@ def _input_message(item: dict) -> Msg | None:
     if kind == "agent_message":
         return msg("user", content_text(item.get("content")), meta={"author": item.get("author")})
     if kind in OUTPUT_ITEMS:
-        body = as_arguments(item.get("tools")) if kind == "tool_search_output" else content_text(item.get("output"))
+        body = (
+            as_arguments(item.get("tools"))
+            if kind == "tool_search_output"
+            else content_text(item.get("output"))
+        )
         return msg("tool", body, tool_call_id=str(item.get("call_id")))
     if kind in OPAQUE_ITEMS:
-        return msg("user", "", meta={"opaque": True, "codex_item": kind,
-                                     "encrypted_content": item.get("encrypted_content")})
+        return msg(
+            "user",
+            "",
+            meta={
+                "opaque": True,
+                "codex_item": kind,
+                "encrypted_content": item.get("encrypted_content"),
+            },
+        )
     return None
 
 
@@ -134,11 +180,14 @@ class _Session:
         self.turn_starts: set[str] = set()
         self.models: list[str] = []
         self.base_id: str | None = None
-        instructions = (meta.get("base_instructions") or {})
+        instructions = meta.get("base_instructions") or {}
         text = instructions.get("text") if isinstance(instructions, dict) else instructions
         if text:
-            self.base_id = self.builder.append(msg("system", str(text), id="base_instructions",
-                                                   meta={"codex": "base_instructions"})).id
+            self.base_id = self.builder.append(
+                msg(
+                    "system", str(text), id="base_instructions", meta={"codex": "base_instructions"}
+                )
+            ).id
 
     def flush(self) -> None:
         if self.call:
@@ -153,8 +202,12 @@ class CodexReader(Reader):
 
     def sniff(self, path: Path, head: bytes) -> bool:
         rec = first_json_object(head)
-        return bool(rec) and "payload" in rec and rec.get("type") in {
-            "session_meta", "response_item", "event_msg", "turn_context", "compacted"}
+        return (
+            bool(rec)
+            and "payload" in rec
+            and rec.get("type")
+            in {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
+        )
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         session: _Session | None = None
@@ -232,8 +285,11 @@ class CodexReader(Reader):
     @staticmethod
     def _compaction(s: _Session, payload: dict, line: int) -> None:
         history = payload.get("replacement_history")
-        meta = {k: payload[k] for k in ("window_id", "window_number", "previous_window_id", "first_window_id")
-                if k in payload}
+        meta = {
+            k: payload[k]
+            for k in ("window_id", "window_number", "previous_window_id", "first_window_id")
+            if k in payload
+        }
         meta["line"] = line
         if isinstance(history, list):
             new, others = history_messages(history)
@@ -242,12 +298,23 @@ class CodexReader(Reader):
             for i, m in enumerate(new):
                 m.id = f"L{line}.{i}"
             items = ([Keep(id=s.base_id)] if s.base_id else []) + s.builder.match(new)
-            meta["remote"] = not payload.get("message") and any(m.fields.get("meta", {}).get("opaque") for m in new)
+            meta["remote"] = not payload.get("message") and any(
+                m.fields.get("meta", {}).get("opaque") for m in new
+            )
         else:
-            kept = [Keep(id=m.id) for m in s.builder.live_messages() if m.role in ("system", "user")]
-            summary = msg("user", str(payload.get("message") or ""), id=f"L{line}", meta={"compact_summary": True})
+            kept = [
+                Keep(id=m.id) for m in s.builder.live_messages() if m.role in ("system", "user")
+            ]
+            summary = msg(
+                "user",
+                str(payload.get("message") or ""),
+                id=f"L{line}",
+                meta={"compact_summary": True},
+            )
             items = kept + [summary]
-            meta["reconstructed"] = "no replacement_history: system and user messages kept, summary appended"
+            meta["reconstructed"] = (
+                "no replacement_history: system and user messages kept, summary appended"
+            )
         s.builder.rewrite("compaction", "budget", items, id=f"compacted@{line}", meta=meta)
 
     @staticmethod
@@ -255,8 +322,13 @@ class CodexReader(Reader):
         live = s.builder.live_messages()
         starts = [i for i, m in enumerate(live) if m.id in s.turn_starts]
         cut = starts[-turns] if 0 < turns <= len(starts) else (0 if turns else len(live))
-        s.builder.rewrite("edit", "manual", [Keep(id=m.id) for m in live[:cut]], id=f"rollback@{line}",
-                          meta={"num_turns": turns, "line": line})
+        s.builder.rewrite(
+            "edit",
+            "manual",
+            [Keep(id=m.id) for m in live[:cut]],
+            id=f"rollback@{line}",
+            meta={"num_turns": turns, "line": line},
+        )
 
     def _finish(self, s: _Session, path: Path, ids: UniqueNames) -> Iterator[ReadItem]:
         try:
@@ -266,18 +338,31 @@ class CodexReader(Reader):
             return
         session_id = str(s.meta.get("id") or s.meta.get("session_id") or path.stem)
         if not s.builder.has_calls():
-            yield Rejected(s.first, f"session {session_id} has no model call ({s.records} records)", records=s.records)
+            yield Rejected(
+                s.first,
+                f"session {session_id} has no model call ({s.records} records)",
+                records=s.records,
+            )
             return
-        meta = {k: s.meta[k] for k in ("cwd", "cli_version", "originator", "forked_from_id") if s.meta.get(k)}
+        meta = {
+            k: s.meta[k]
+            for k in ("cwd", "cli_version", "originator", "forked_from_id")
+            if s.meta.get(k)
+        }
         meta["session_id"] = session_id
         if len(s.models) > 1:
             meta["models"] = s.models
         parent = s.meta.get("parent_thread_id") or s.meta.get("forked_from_id")
         rollout_id = ids.claim(session_id)
         try:
-            rollout = s.builder.build(rollout_id=rollout_id, task_id=session_id, source=self.name,
-                                      model=s.models[0] if s.models else None, meta=meta,
-                                      parent_rollout_id=str(parent) if parent else None)
+            rollout = s.builder.build(
+                rollout_id=rollout_id,
+                task_id=session_id,
+                source=self.name,
+                model=s.models[0] if s.models else None,
+                meta=meta,
+                parent_rollout_id=str(parent) if parent else None,
+            )
         except BAD_CONTENT as exc:
             yield Rejected(s.first, f"session {rollout_id}: {reason_of(exc)}", records=s.records)
             return

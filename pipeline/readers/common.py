@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 import zstandard

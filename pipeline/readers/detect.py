@@ -36,7 +36,11 @@ def detect_format(path: Path) -> str:
     if len(found) == 1:
         return found[0]
     if found:
-        raise FormatError(f"{path}: ambiguous format, it could be {' or '.join(found)}; "
-                          f"pass --format with one of them")
-    raise FormatError(f"{path}: format not recognised by any reader (known: {', '.join(sorted(REGISTRY))}); "
-                      f"pass --format NAME if it is one of them")
+        raise FormatError(
+            f"{path}: ambiguous format, it could be {' or '.join(found)}; "
+            f"pass --format with one of them"
+        )
+    raise FormatError(
+        f"{path}: format not recognised by any reader (known: {', '.join(sorted(REGISTRY))}); "
+        f"pass --format NAME if it is one of them"
+    )

@@ -18,13 +18,20 @@ are shown to the user, not sent to the model, and are skipped.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.builder import Msg, RolloutBuilder, msg
-from pipeline.readers.common import (BAD_CONTENT, content_text, first_json_object, iter_json_records, load_json,
-                                     reason_of)
+from pipeline.readers.common import (
+    BAD_CONTENT,
+    content_text,
+    first_json_object,
+    iter_json_records,
+    load_json,
+    reason_of,
+)
 from schemas.rollout import Keep
 
 CONVERSATION_TYPES = {"user", "gemini"}
@@ -40,17 +47,41 @@ def _messages(rec: dict) -> list[Msg]:
         call_id = str(call.get("id") or f"{mid}:call{i}")
         calls.append({"id": call_id, "name": call.get("name"), "arguments": call.get("args")})
         for part in call.get("result") or []:
-            response = (part.get("functionResponse") or {}).get("response") if isinstance(part, dict) else None
+            response = (
+                (part.get("functionResponse") or {}).get("response")
+                if isinstance(part, dict)
+                else None
+            )
             if response is not None:
                 output = response.get("output") if isinstance(response, dict) else None
-                body = output if isinstance(output, str) else json.dumps(response, ensure_ascii=False)
-                results.append(msg("tool", body, id=f"{mid}:{call_id}", tool_call_id=call_id, name=call.get("name"),
-                                   meta={"status": call.get("status")} if call.get("status") else None))
-    thoughts = "\n\n".join(f"{t.get('subject', '')}: {t.get('description', '')}".strip(": ")
-                           for t in rec.get("thoughts") or [] if isinstance(t, dict))
+                body = (
+                    output if isinstance(output, str) else json.dumps(response, ensure_ascii=False)
+                )
+                results.append(
+                    msg(
+                        "tool",
+                        body,
+                        id=f"{mid}:{call_id}",
+                        tool_call_id=call_id,
+                        name=call.get("name"),
+                        meta={"status": call.get("status")} if call.get("status") else None,
+                    )
+                )
+    thoughts = "\n\n".join(
+        f"{t.get('subject', '')}: {t.get('description', '')}".strip(": ")
+        for t in rec.get("thoughts") or []
+        if isinstance(t, dict)
+    )
     meta = {k: rec[k] for k in ("model", "tokens") if rec.get(k)}
-    call = msg("assistant", content_text(rec.get("content")), id=mid, reasoning=thoughts or None,
-               tool_calls=calls or None, finish_reason="tool_calls" if calls else None, meta=meta or None)
+    call = msg(
+        "assistant",
+        content_text(rec.get("content")),
+        id=mid,
+        reasoning=thoughts or None,
+        tool_calls=calls or None,
+        finish_reason="tool_calls" if calls else None,
+        meta=meta or None,
+    )
     return [call] + results
 
 
@@ -67,19 +98,25 @@ class _Replay:
         """Log one record; returns a skip reason if it changes nothing."""
         if "$rewindTo" in rec:
             target = str(rec["$rewindTo"])
-            self.present = self.present[:self.present.index(target)] if target in self.present else []
+            self.present = (
+                self.present[: self.present.index(target)] if target in self.present else []
+            )
             self.ops.append(("edit", list(self.present), line, {"rewind_to": target}))
             return None
         if isinstance(rec.get("$set"), dict):
             new = rec["$set"].get("messages")
             if not isinstance(new, list):
                 return "$set of session metadata (not sent to the model)"
-            kept = [m for m in new if isinstance(m, dict) and m.get("id") and m.get("type") in CONVERSATION_TYPES]
+            kept = [
+                m
+                for m in new
+                if isinstance(m, dict) and m.get("id") and m.get("type") in CONVERSATION_TYPES
+            ]
             for m in kept:
                 self.latest[str(m["id"])] = m
             ids = [str(m["id"]) for m in kept]
             if ids != self.present:
-                reason = "edit" if ids == self.present[:len(ids)] else "compaction"
+                reason = "edit" if ids == self.present[: len(ids)] else "compaction"
                 self.ops.append((reason, list(ids), line, {"set_messages": len(new)}))
                 self.present = ids
             return None
@@ -92,7 +129,11 @@ class _Replay:
                 self.present.append(mid)
                 self.ops.append(("message", mid, line, {}))
             return None
-        return "session header" if rec.get("sessionId") else "record of unknown shape (no id, $set or $rewindTo)"
+        return (
+            "session header"
+            if rec.get("sessionId")
+            else "record of unknown shape (no id, $set or $rewindTo)"
+        )
 
     def replay(self) -> None:
         for kind, arg, line, meta in self.ops:
@@ -108,7 +149,9 @@ class _Replay:
                 else:
                     items.extend(_messages(self.latest[mid]))
             trigger = "manual" if kind == "edit" else "budget"
-            self.builder.rewrite(kind, trigger, items, id=f"{kind}@{line}", meta={**meta, "line": line})
+            self.builder.rewrite(
+                kind, trigger, items, id=f"{kind}@{line}", meta={**meta, "line": line}
+            )
 
     def _append(self, mid: str) -> None:
         rec = self.latest[mid]
@@ -181,10 +224,17 @@ class GeminiCliReader(Reader):
             replay.replay()
             if not replay.builder.has_calls():
                 raise ValueError("no gemini (model) message")
-            rollout = replay.builder.build(rollout_id=session, task_id=session, source=self.name,
-                                           model=replay.models[0] if replay.models else None,
-                                           meta={"session_id": session, "project_hash": header.get("projectHash"),
-                                                 **({"models": replay.models} if len(replay.models) > 1 else {})})
+            rollout = replay.builder.build(
+                rollout_id=session,
+                task_id=session,
+                source=self.name,
+                model=replay.models[0] if replay.models else None,
+                meta={
+                    "session_id": session,
+                    "project_hash": header.get("projectHash"),
+                    **({"models": replay.models} if len(replay.models) > 1 else {}),
+                },
+            )
         except BAD_CONTENT as exc:
             yield Rejected(first, f"session {session}: {reason_of(exc)}", records=records)
             return

@@ -9,8 +9,8 @@ which holds the outcome and is not part of the conversation. No reward is record
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.builder import RolloutBuilder, openai_message
@@ -35,7 +35,10 @@ class MiniSweAgentReader(Reader):
             return
         messages = doc["messages"]
         info = doc["info"] if isinstance(doc.get("info"), dict) else {}
-        outcome = {"exit_status": info.get("exit_status"), "submitted": bool(info.get("submission"))}
+        outcome = {
+            "exit_status": info.get("exit_status"),
+            "submitted": bool(info.get("submission")),
+        }
         builder = RolloutBuilder()
         model = None
         used = 0
@@ -44,18 +47,31 @@ class MiniSweAgentReader(Reader):
                 if not isinstance(m, dict):
                     raise ValueError(f"messages[{i}] is not an object")
                 if m.get("role") == "exit":
-                    outcome.update({k: v for k, v in (m.get("extra") or {}).items() if k in ("exit_status",)})
-                    yield Skipped(None, "role 'exit' message (the run's outcome, not sent to the model)")
+                    outcome.update(
+                        {k: v for k, v in (m.get("extra") or {}).items() if k in ("exit_status",)}
+                    )
+                    yield Skipped(
+                        None, "role 'exit' message (the run's outcome, not sent to the model)"
+                    )
                     continue
                 response = (m.get("extra") or {}).get("response") or {}
                 model = model or (response.get("model") if isinstance(response, dict) else None)
                 if builder.append(openai_message(m, id=f"m{i}")) is None:
-                    raise ValueError(f"messages[{i}] answers unknown tool call {m.get('tool_call_id')!r}")
+                    raise ValueError(
+                        f"messages[{i}] answers unknown tool call {m.get('tool_call_id')!r}"
+                    )
                 used += 1
-            rollout = builder.build(rollout_id=f"{path.name.split('.')[0]}-{file_digest(path)}",
-                                    task_id=path.name.split(".")[0], source=self.name, model=model,
-                                    meta={"outcome": outcome, "trajectory_format": doc.get("trajectory_format"),
-                                          "mini_version": info.get("mini_version")})
+            rollout = builder.build(
+                rollout_id=f"{path.name.split('.')[0]}-{file_digest(path)}",
+                task_id=path.name.split(".")[0],
+                source=self.name,
+                model=model,
+                meta={
+                    "outcome": outcome,
+                    "trajectory_format": doc.get("trajectory_format"),
+                    "mini_version": info.get("mini_version"),
+                },
+            )
         except BAD_CONTENT as exc:
             yield Rejected(None, f"{path.name}: {reason_of(exc)}", records=len(messages))
             return

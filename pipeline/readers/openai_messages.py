@@ -19,17 +19,39 @@ context, that call produced the summary and is marked ``kind="summary"``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, register
 from pipeline.readers.builder import Msg, RolloutBuilder, openai_message
-from pipeline.readers.common import BAD_CONTENT, UniqueNames, first_json_object, iter_json_records, reason_of, stable_id
+from pipeline.readers.common import (
+    BAD_CONTENT,
+    UniqueNames,
+    first_json_object,
+    iter_json_records,
+    reason_of,
+    stable_id,
+)
 from schemas.rollout import Keep
 
-DEFAULT_GROUP_FIELDS = ("session_id", "conversation_id", "rollout_id", "trajectory_id", "metadata.session_id",
-                        "request.metadata.session_id", "body.metadata.session_id", "request.user", "body.user")
-FINISH = {"stop": "stop", "tool_calls": "tool_calls", "function_call": "tool_calls", "length": "length"}
+DEFAULT_GROUP_FIELDS = (
+    "session_id",
+    "conversation_id",
+    "rollout_id",
+    "trajectory_id",
+    "metadata.session_id",
+    "request.metadata.session_id",
+    "body.metadata.session_id",
+    "request.user",
+    "body.user",
+)
+FINISH = {
+    "stop": "stop",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "length": "length",
+}
 
 
 def _path(rec: dict, dotted: str) -> Any:
@@ -52,7 +74,12 @@ class OpenAIMessagesReader(Reader):
 
     def sniff(self, path: Path, head: bytes) -> bool:
         rec = first_json_object(head)
-        return bool(rec) and isinstance(rec.get("messages"), list) and "choices" not in rec and "response" not in rec
+        return (
+            bool(rec)
+            and isinstance(rec.get("messages"), list)
+            and "choices" not in rec
+            and "response" not in rec
+        )
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         ids = UniqueNames()
@@ -65,13 +92,20 @@ class OpenAIMessagesReader(Reader):
                 for m in _messages(rec.get("messages"), f"L{line}"):
                     if builder.append(m) is None:
                         raise ValueError(f"tool message {m.id} answers no earlier tool call")
-                rollout_id = ids.claim(str(rec.get("rollout_id") or rec.get("id") or stable_id(raw.strip())))
+                rollout_id = ids.claim(
+                    str(rec.get("rollout_id") or rec.get("id") or stable_id(raw.strip()))
+                )
                 reward = rec.get("reward")
-                rollout = builder.build(rollout_id=rollout_id, task_id=str(rec.get("task_id") or rollout_id),
-                                        source=self.name, model=rec.get("model"), tools=rec.get("tools") or [],
-                                        reward=float(reward) if isinstance(reward, (int, float)) else None,
-                                        resolved=rec.get("resolved") if isinstance(rec.get("resolved"), bool) else None,
-                                        meta=rec.get("meta") if isinstance(rec.get("meta"), dict) else {})
+                rollout = builder.build(
+                    rollout_id=rollout_id,
+                    task_id=str(rec.get("task_id") or rollout_id),
+                    source=self.name,
+                    model=rec.get("model"),
+                    tools=rec.get("tools") or [],
+                    reward=float(reward) if isinstance(reward, (int, float)) else None,
+                    resolved=rec.get("resolved") if isinstance(rec.get("resolved"), bool) else None,
+                    meta=rec.get("meta") if isinstance(rec.get("meta"), dict) else {},
+                )
             except BAD_CONTENT as exc:
                 yield Rejected(line, reason_of(exc), raw)
                 continue
@@ -81,7 +115,9 @@ class OpenAIMessagesReader(Reader):
 @register
 class ChatCompletionsReader(Reader):
     name = "chat-completions"
-    description = "JSONL, one chat-completions call per line (request + response), grouped into rollouts"
+    description = (
+        "JSONL, one chat-completions call per line (request + response), grouped into rollouts"
+    )
     options = {"group_by": None}
 
     def sniff(self, path: Path, head: bytes) -> bool:
@@ -90,8 +126,12 @@ class ChatCompletionsReader(Reader):
             return False
         request = rec.get("request") or rec.get("body") or rec
         response = rec.get("response") or rec
-        return isinstance(request, dict) and isinstance(request.get("messages"), list) and \
-            isinstance(response, dict) and isinstance(response.get("choices"), list)
+        return (
+            isinstance(request, dict)
+            and isinstance(request.get("messages"), list)
+            and isinstance(response, dict)
+            and isinstance(response.get("choices"), list)
+        )
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         groups: dict[str, list[tuple[int, dict, str]]] = {}
@@ -102,14 +142,18 @@ class ChatCompletionsReader(Reader):
             try:
                 key = self._group(rec)
             except BAD_CONTENT as exc:
-                yield Rejected(line, f"cannot tell which rollout this call belongs to: {reason_of(exc)}", raw)
+                yield Rejected(
+                    line, f"cannot tell which rollout this call belongs to: {reason_of(exc)}", raw
+                )
                 continue
             groups.setdefault(key, []).append((line, rec, raw))
         for key, calls in groups.items():
             yield from self._rollout(key, calls)
 
     def _group(self, rec: dict) -> str:
-        fields = [self.options["group_by"]] if self.options.get("group_by") else DEFAULT_GROUP_FIELDS
+        fields = (
+            [self.options["group_by"]] if self.options.get("group_by") else DEFAULT_GROUP_FIELDS
+        )
         for name in fields:
             value = _path(rec, name)
             if value not in (None, ""):
@@ -135,11 +179,19 @@ class ChatCompletionsReader(Reader):
                 builder.append(self._response(response, line))
             except BAD_CONTENT as exc:
                 # The whole rollout goes, so the rejection stands for every call in it.
-                yield Rejected(line, f"call in rollout {key}: {reason_of(exc)}", raw, records=len(calls))
+                yield Rejected(
+                    line, f"call in rollout {key}: {reason_of(exc)}", raw, records=len(calls)
+                )
                 return
         try:
-            rollout = builder.build(rollout_id=key, task_id=key, source=self.name, model=models[0] if models else None,
-                                    tools=tools, meta={"models": models} if len(models) > 1 else {})
+            rollout = builder.build(
+                rollout_id=key,
+                task_id=key,
+                source=self.name,
+                model=models[0] if models else None,
+                tools=tools,
+                meta={"models": models} if len(models) > 1 else {},
+            )
         except BAD_CONTENT as exc:
             yield Rejected(first, f"rollout {key}: {reason_of(exc)}", records=len(calls))
             return
@@ -150,17 +202,21 @@ class ChatCompletionsReader(Reader):
         """Append what the request adds to the live context, or rewrite to it."""
         items = builder.match(sent)
         live = builder.live
-        if len(items) >= len(live) and all(isinstance(it, Keep) and it.id == live[i]
-                                           for i, it in enumerate(items[:len(live)])):
-            for m in sent[len(live):]:
+        if len(items) >= len(live) and all(
+            isinstance(it, Keep) and it.id == live[i] for i, it in enumerate(items[: len(live)])
+        ):
+            for m in sent[len(live) :]:
                 if builder.append(m) is None:
                     raise ValueError(f"tool message {m.id} answers no earlier tool call")
             return
         new = [it for it in items if not isinstance(it, Keep)]
         previous = builder.last_call
         meta: dict = {"line": line}
-        if previous is not None and previous.content.strip() and \
-                any(previous.content.strip() in m.content for m in new):
+        if (
+            previous is not None
+            and previous.content.strip()
+            and any(previous.content.strip() in m.content for m in new)
+        ):
             builder.update(previous.id, kind="summary")
             meta["summary_call"] = previous.id
         if not new:
@@ -169,8 +225,13 @@ class ChatCompletionsReader(Reader):
             reason = "compaction"
         else:
             reason = "edit"
-        builder.rewrite(reason, "manual" if reason == "edit" else "budget", items, id=f"request@{line}",
-                        meta={**meta, "trigger_inferred": True})
+        builder.rewrite(
+            reason,
+            "manual" if reason == "edit" else "budget",
+            items,
+            id=f"request@{line}",
+            meta={**meta, "trigger_inferred": True},
+        )
 
     @staticmethod
     def _response(response: dict, line: int) -> Msg:

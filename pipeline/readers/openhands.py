@@ -15,18 +15,42 @@ dropped. Events the LLM never sees (state changes, recalls, pauses) are skipped.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.builder import Msg, RolloutBuilder, msg
-from pipeline.readers.common import (BAD_CONTENT, content_text, file_digest, first_json_object, iter_json_records,
-                                     load_json, read_head, reason_of)
+from pipeline.readers.common import (
+    BAD_CONTENT,
+    content_text,
+    file_digest,
+    first_json_object,
+    iter_json_records,
+    load_json,
+    read_head,
+    reason_of,
+)
 from schemas.rollout import Keep
 
-V0_SKIP = {"change_agent_state", "agent_state_changed", "recall", "null", "condensation_request", "pause", "resume"}
-V1_SKIP = {"ConversationStateUpdateEvent", "PauseEvent", "CondensationRequest", "LLMCompletionLogEvent",
-           "CondensationSummaryEvent", "ConversationErrorEvent", "StreamingDeltaEvent"}
+V0_SKIP = {
+    "change_agent_state",
+    "agent_state_changed",
+    "recall",
+    "null",
+    "condensation_request",
+    "pause",
+    "resume",
+}
+V1_SKIP = {
+    "ConversationStateUpdateEvent",
+    "PauseEvent",
+    "CondensationRequest",
+    "LLMCompletionLogEvent",
+    "CondensationSummaryEvent",
+    "ConversationErrorEvent",
+    "StreamingDeltaEvent",
+}
 
 
 class _Replay:
@@ -53,7 +77,9 @@ class _Replay:
                 self._attach(appended.id, self.tokens)
                 self.tokens = None
 
-    def action(self, event_id: str, response_id: str, text: str, reasoning: str | None, call: dict | None) -> None:
+    def action(
+        self, event_id: str, response_id: str, text: str, reasoning: str | None, call: dict | None
+    ) -> None:
         """Collect actions of one LLM response; flushed when anything else arrives."""
         if self.pending and self.pending[0] != response_id:
             self.flush()
@@ -68,8 +94,14 @@ class _Replay:
             return
         response_id, calls, info = self.pending
         self.pending = None
-        m = msg("assistant", info["text"], id=f"response-{response_id}", reasoning=info["reasoning"] or None,
-                tool_calls=calls or None, finish_reason="tool_calls" if calls else None)
+        m = msg(
+            "assistant",
+            info["text"],
+            id=f"response-{response_id}",
+            reasoning=info["reasoning"] or None,
+            tool_calls=calls or None,
+            finish_reason="tool_calls" if calls else None,
+        )
         self.add(info["ids"][0], [m])
         for other in info["ids"][1:]:
             self.order.append(other)
@@ -89,7 +121,9 @@ class _Replay:
         if ids.get("output_ids"):
             self.builder.update(message_id, **{k: v for k, v in ids.items() if v is not None})
 
-    def condense(self, event_id: str, forgotten: set[str], summary: str | None, offset: Any, trigger: str) -> None:
+    def condense(
+        self, event_id: str, forgotten: set[str], summary: str | None, offset: Any, trigger: str
+    ) -> None:
         """The view OpenHands builds: events not forgotten, the summary at ``summary_offset``
         (an index into those events), then flattened to the messages of each event."""
         self.flush()
@@ -97,12 +131,24 @@ class _Replay:
         view: list[str | Msg] = [e for e in self.order if e not in self.forgotten]
         if summary:
             at = offset if isinstance(offset, int) and 0 <= offset <= len(view) else len(view)
-            view.insert(at, msg("user", summary, id=f"{event_id}:summary", meta={"condensation_summary": True}))
+            view.insert(
+                at,
+                msg("user", summary, id=f"{event_id}:summary", meta={"condensation_summary": True}),
+            )
         items: list[Keep | Msg] = []
         for entry in view:
-            items.extend([entry] if isinstance(entry, Msg) else [Keep(id=m) for m in self.event_msgs.get(entry, [])])
-        self.builder.rewrite("compaction", trigger, self._drop_unpaired(items), id=f"condensation-{event_id}",
-                             meta={"forgotten_events": len(forgotten), "summary_offset": offset})
+            items.extend(
+                [entry]
+                if isinstance(entry, Msg)
+                else [Keep(id=m) for m in self.event_msgs.get(entry, [])]
+            )
+        self.builder.rewrite(
+            "compaction",
+            trigger,
+            self._drop_unpaired(items),
+            id=f"condensation-{event_id}",
+            meta={"forgotten_events": len(forgotten), "summary_offset": offset},
+        )
 
     def _drop_unpaired(self, items: list) -> list:
         """OpenHands drops tool calls and results whose partner is not in the view."""
@@ -120,6 +166,7 @@ class _Replay:
             out.append(item)
         return out
 
+
 def _v0(replay: _Replay, e: dict) -> str | None:
     """One V0 event; returns a skip reason if the LLM never saw it."""
     eid, kind = str(e.get("id")), e.get("action") or e.get("observation")
@@ -130,35 +177,81 @@ def _v0(replay: _Replay, e: dict) -> str | None:
     if e.get("action") == "condensation":
         ids = set(map(str, args.get("forgotten_event_ids") or []))
         if args.get("forgotten_events_start_id") is not None:
-            start, end = int(args["forgotten_events_start_id"]), int(args["forgotten_events_end_id"])
+            start, end = (
+                int(args["forgotten_events_start_id"]),
+                int(args["forgotten_events_end_id"]),
+            )
             ids |= {str(i) for i in range(start, end + 1)}
         replay.condense(eid, ids, args.get("summary"), args.get("summary_offset"), "budget")
     elif e.get("action") == "system":
         replay.flush()
         replay.tools = [t for t in args.get("tools") or [] if isinstance(t, dict)]
-        replay.add(eid, [msg("system", content_text(args.get("content") or e.get("message")), id=f"event-{eid}")])
+        replay.add(
+            eid,
+            [
+                msg(
+                    "system",
+                    content_text(args.get("content") or e.get("message")),
+                    id=f"event-{eid}",
+                )
+            ],
+        )
     elif "action" in e and e.get("source") == "agent":
         response = meta.get("model_response") or {}
         choice = ((response.get("choices") or [{}])[0] or {}).get("message") or {}
         replay.model = replay.model or response.get("model")
-        call = next(({"id": c.get("id"), "name": (c.get("function") or {}).get("name"),
-                      "arguments": (c.get("function") or {}).get("arguments")}
-                     for c in choice.get("tool_calls") or [] if c.get("id") == meta.get("tool_call_id")), None)
+        call = next(
+            (
+                {
+                    "id": c.get("id"),
+                    "name": (c.get("function") or {}).get("name"),
+                    "arguments": (c.get("function") or {}).get("arguments"),
+                }
+                for c in choice.get("tool_calls") or []
+                if c.get("id") == meta.get("tool_call_id")
+            ),
+            None,
+        )
         if meta and call is None:
-            call = {"id": meta.get("tool_call_id"), "name": meta.get("function_name"), "arguments": args}
-        text = choice.get("content") if meta else (args.get("content") or e.get("message") or args.get("thought"))
-        replay.action(eid, str(response.get("id") or eid), content_text(text), choice.get("reasoning_content"), call)
+            call = {
+                "id": meta.get("tool_call_id"),
+                "name": meta.get("function_name"),
+                "arguments": args,
+            }
+        text = (
+            choice.get("content")
+            if meta
+            else (args.get("content") or e.get("message") or args.get("thought"))
+        )
+        replay.action(
+            eid,
+            str(response.get("id") or eid),
+            content_text(text),
+            choice.get("reasoning_content"),
+            call,
+        )
     elif "action" in e:
         replay.flush()
-        replay.add(eid, [msg("user", content_text(args.get("content") or e.get("message")), id=f"event-{eid}")])
+        replay.add(
+            eid,
+            [msg("user", content_text(args.get("content") or e.get("message")), id=f"event-{eid}")],
+        )
     else:
         replay.flush()
         if meta.get("tool_call_id") and not replay.builder.is_open(str(meta["tool_call_id"])):
             return f"observation '{kind}' for a tool call not in this file"
         body = content_text(e.get("content"))
-        m = (msg("tool", body, id=f"event-{eid}", tool_call_id=str(meta["tool_call_id"]),
-                 name=meta.get("function_name"))
-             if meta.get("tool_call_id") else msg("user", body, id=f"event-{eid}", meta={"observation": kind}))
+        m = (
+            msg(
+                "tool",
+                body,
+                id=f"event-{eid}",
+                tool_call_id=str(meta["tool_call_id"]),
+                name=meta.get("function_name"),
+            )
+            if meta.get("tool_call_id")
+            else msg("user", body, id=f"event-{eid}", meta={"observation": kind})
+        )
         replay.add(eid, [m])
     return None
 
@@ -170,17 +263,29 @@ def _v1(replay: _Replay, e: dict) -> str | None:
         return f"{kind} (not sent to the model)"
     if kind == "ActionEvent":
         call = e.get("tool_call") or {}
-        replay.action(eid, str(e.get("llm_response_id") or eid), content_text(e.get("thought")),
-                      e.get("reasoning_content"), {"id": call.get("id") or e.get("tool_call_id"),
-                                                   "name": call.get("name") or e.get("tool_name"),
-                                                   "arguments": call.get("arguments")})
+        replay.action(
+            eid,
+            str(e.get("llm_response_id") or eid),
+            content_text(e.get("thought")),
+            e.get("reasoning_content"),
+            {
+                "id": call.get("id") or e.get("tool_call_id"),
+                "name": call.get("name") or e.get("tool_name"),
+                "arguments": call.get("arguments"),
+            },
+        )
         return None
     if kind == "TokenEvent":
         replay.token_ids(e.get("prompt_token_ids") or [], e.get("response_token_ids") or [])
         return None
     if kind == "Condensation":
-        replay.condense(eid, set(map(str, e.get("forgotten_event_ids") or [])), e.get("summary"),
-                        e.get("summary_offset"), "budget")
+        replay.condense(
+            eid,
+            set(map(str, e.get("forgotten_event_ids") or [])),
+            e.get("summary"),
+            e.get("summary_offset"),
+            "budget",
+        )
         return None
     replay.flush()
     if kind == "SystemPromptEvent":
@@ -189,15 +294,41 @@ def _v1(replay: _Replay, e: dict) -> str | None:
     elif kind == "MessageEvent":
         llm = e.get("llm_message") or {}
         role = "assistant" if e.get("source") == "agent" else "user"
-        replay.add(eid, [msg(role, content_text(llm.get("content")), id=f"event-{eid}",
-                             reasoning=llm.get("reasoning_content") if role == "assistant" else None)])
-    elif kind in ("ObservationEvent", "AgentErrorEvent", "UserRejectObservation") and e.get("tool_call_id"):
+        replay.add(
+            eid,
+            [
+                msg(
+                    role,
+                    content_text(llm.get("content")),
+                    id=f"event-{eid}",
+                    reasoning=llm.get("reasoning_content") if role == "assistant" else None,
+                )
+            ],
+        )
+    elif kind in ("ObservationEvent", "AgentErrorEvent", "UserRejectObservation") and e.get(
+        "tool_call_id"
+    ):
         if not replay.builder.is_open(str(e["tool_call_id"])):
             return f"{kind} for a tool call not in this file"
         obs = e.get("observation") or {}
-        body = content_text(obs.get("content")) if obs else str(e.get("error") or e.get("rejection_reason") or "")
-        replay.add(eid, [msg("tool", body, id=f"event-{eid}", tool_call_id=str(e["tool_call_id"]),
-                             name=e.get("tool_name"), meta={"kind": kind})])
+        body = (
+            content_text(obs.get("content"))
+            if obs
+            else str(e.get("error") or e.get("rejection_reason") or "")
+        )
+        replay.add(
+            eid,
+            [
+                msg(
+                    "tool",
+                    body,
+                    id=f"event-{eid}",
+                    tool_call_id=str(e["tool_call_id"]),
+                    name=e.get("tool_name"),
+                    meta={"kind": kind},
+                )
+            ],
+        )
     else:
         return f"{kind} (not sent to the model)"
     return None
@@ -206,26 +337,39 @@ def _v1(replay: _Replay, e: dict) -> str | None:
 @register
 class OpenHandsReader(Reader):
     name = "openhands"
-    description = "OpenHands V0 event lists / eval output.jsonl histories and V1 (software-agent-sdk) events"
+    description = (
+        "OpenHands V0 event lists / eval output.jsonl histories and V1 (software-agent-sdk) events"
+    )
 
     def sniff(self, path: Path, head: bytes) -> bool:
         text = head.lstrip()
         if text.startswith(b"["):
-            return (b'"action"' in head or b'"observation"' in head or b'"kind"' in head) and b'"source"' in head
+            return (
+                b'"action"' in head or b'"observation"' in head or b'"kind"' in head
+            ) and b'"source"' in head
         rec = first_json_object(head)
         if rec is None:
             return False
-        return ("kind" in rec and "source" in rec and "id" in rec) or isinstance(rec.get("history"), list)
+        return ("kind" in rec and "source" in rec and "id" in rec) or isinstance(
+            rec.get("history"), list
+        )
 
     def read(self, path: Path) -> Iterator[ReadItem]:
-        if path.name.endswith((".json", ".json.gz", ".json.zst")) or read_head(path, 256).lstrip()[:1] == b"[":
+        if (
+            path.name.endswith((".json", ".json.gz", ".json.zst"))
+            or read_head(path, 256).lstrip()[:1] == b"["
+        ):
             try:
                 doc = load_json(path)
             except (ValueError, OSError) as exc:
                 yield Rejected(None, f"cannot read OpenHands file: {exc}")
                 return
-            events = doc if isinstance(doc, list) else (doc.get("events") or doc.get("history") or [])
-            yield from self._conversation(events, [None] * len(events), f"{path.stem}-{file_digest(path)}", {})
+            events = (
+                doc if isinstance(doc, list) else (doc.get("events") or doc.get("history") or [])
+            )
+            yield from self._conversation(
+                events, [None] * len(events), f"{path.stem}-{file_digest(path)}", {}
+            )
             return
         events: list[dict] = []
         lines: list[int] = []
@@ -234,7 +378,9 @@ class OpenHandsReader(Reader):
                 yield Rejected(line, error, raw)
             elif isinstance(rec.get("history"), list):
                 task = str(rec.get("instance_id") or f"{path.stem}:{line}")
-                meta = {k: rec[k] for k in ("instance_id", "instruction") if isinstance(rec.get(k), str)}
+                meta = {
+                    k: rec[k] for k in ("instance_id", "instruction") if isinstance(rec.get(k), str)
+                }
                 yield from self._conversation(rec["history"], None, task, meta, line)
             else:
                 events.append(rec)
@@ -242,8 +388,9 @@ class OpenHandsReader(Reader):
         if events:
             yield from self._conversation(events, lines, f"{path.stem}-{file_digest(path)}", {})
 
-    def _conversation(self, events: list, lines: list | None, rollout_id: str, meta: dict,
-                      line: int | None = None) -> Iterator[ReadItem]:
+    def _conversation(
+        self, events: list, lines: list | None, rollout_id: str, meta: dict, line: int | None = None
+    ) -> Iterator[ReadItem]:
         """One rollout from ``events``; with ``lines`` each event is one input record (a
         skipped event is reported on its own), without it the whole list is ``line``."""
         replay = _Replay()
@@ -259,11 +406,23 @@ class OpenHandsReader(Reader):
             replay.flush()
             if lines is None and skipped:
                 meta = {**meta, "skipped_events": len(skipped)}
-            rollout = replay.builder.build(rollout_id=rollout_id, task_id=rollout_id, source=self.name,
-                                           model=replay.model, tools=replay.tools, meta=meta)
+            rollout = replay.builder.build(
+                rollout_id=rollout_id,
+                task_id=rollout_id,
+                source=self.name,
+                model=replay.model,
+                tools=replay.tools,
+                meta=meta,
+            )
         except BAD_CONTENT as exc:
-            yield Rejected(first, f"conversation {rollout_id}: {reason_of(exc)}", records=len(events) if lines else 1)
+            yield Rejected(
+                first,
+                f"conversation {rollout_id}: {reason_of(exc)}",
+                records=len(events) if lines else 1,
+            )
             return
         if lines is not None:
             yield from skipped
-        yield Accepted(rollout, first, records=len(events) - len(skipped) if lines is not None else 1)
+        yield Accepted(
+            rollout, first, records=len(events) - len(skipped) if lines is not None else 1
+        )

@@ -55,12 +55,16 @@ def load_rewards(path: Path) -> dict[str, Outcome]:
     table: dict[str, Outcome] = {}
     for line, row in rows:
         if not isinstance(row, dict):
-            raise RewardsError(f"rewards file {path}:{line}: expected an object with an id and a reward")
+            raise RewardsError(
+                f"rewards file {path}:{line}: expected an object with an id and a reward"
+            )
         key = next((str(row[f]) for f in ID_FIELDS if row.get(f) not in (None, "")), None)
         if key is None:
             raise RewardsError(f"rewards file {path}:{line}: no {' / '.join(ID_FIELDS)} column")
         task = str(row["task_id"]) if row.get("task_id") else None
-        table[key] = Outcome(_number(row.get("reward"), path, line), task, _flag(row.get("resolved"), path, line))
+        table[key] = Outcome(
+            _number(row.get("reward"), path, line), task, _flag(row.get("resolved"), path, line)
+        )
     return table
 
 
@@ -70,7 +74,9 @@ def _number(value: object, path: Path, line: int) -> float | None:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise RewardsError(f"rewards file {path}:{line}: reward {value!r} is not a number") from None
+        raise RewardsError(
+            f"rewards file {path}:{line}: reward {value!r} is not a number"
+        ) from None
 
 
 def _flag(value: object, path: Path, line: int) -> bool | None:
@@ -86,7 +92,14 @@ def apply_rewards(rollout: Rollout, table: dict[str, Outcome]) -> tuple[Rollout,
     for key in (rollout.rollout_id, rollout.meta.get("session_id")):
         outcome = table.get(str(key)) if key is not None else None
         if outcome is not None:
-            update = {name: value for name, value in (("reward", outcome.reward), ("task_id", outcome.task_id),
-                                                      ("resolved", outcome.resolved)) if value is not None}
+            update = {
+                name: value
+                for name, value in (
+                    ("reward", outcome.reward),
+                    ("task_id", outcome.task_id),
+                    ("resolved", outcome.resolved),
+                )
+                if value is not None
+            }
             return rollout.model_copy(update=update), str(key)
     return rollout, None

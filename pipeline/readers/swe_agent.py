@@ -13,8 +13,8 @@ reward: ``info.exit_status`` and whether a ``submission`` exists go to ``meta.ou
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, register
 from pipeline.readers.builder import RolloutBuilder, openai_message
@@ -44,7 +44,11 @@ class SweAgentReader(Reader):
     description = "SWE-agent .traj trajectories"
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        return b'"trajectory"' in head and b'"history"' in head or (path.suffix == ".traj" and b'"history"' in head)
+        return (
+            b'"trajectory"' in head
+            and b'"history"' in head
+            or (path.suffix == ".traj" and b'"history"' in head)
+        )
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         try:
@@ -65,7 +69,11 @@ class SweAgentReader(Reader):
                 if item.get("is_demo"):
                     meta["is_demo"] = True
                 if item.get("role") == "assistant":
-                    step = steps[calls] if calls < len(steps) and isinstance(steps[calls], dict) else {}
+                    step = (
+                        steps[calls]
+                        if calls < len(steps) and isinstance(steps[calls], dict)
+                        else {}
+                    )
                     self._query(builder, step.get("query"), calls)
                     calls += 1
                 if item.get("role") == "tool" and len(item.get("tool_call_ids") or []) > 0:
@@ -76,12 +84,19 @@ class SweAgentReader(Reader):
                     continue
                 builder.append(openai_message(item, id=f"h{i}", meta=meta))
             info = doc["info"] if isinstance(doc.get("info"), dict) else {}
-            outcome = {"exit_status": info.get("exit_status"), "submitted": bool(info.get("submission"))}
+            outcome = {
+                "exit_status": info.get("exit_status"),
+                "submitted": bool(info.get("submission")),
+            }
             config = _config(doc)
             model = ((config.get("agent") or {}).get("model") or {}).get("name")
-            rollout = builder.build(rollout_id=f"{path.name.split('.traj')[0]}-{file_digest(path)}",
-                                    task_id=_task_id(config, path), source=self.name, model=model,
-                                    meta={"outcome": outcome, "steps": len(steps)})
+            rollout = builder.build(
+                rollout_id=f"{path.name.split('.traj')[0]}-{file_digest(path)}",
+                task_id=_task_id(config, path),
+                source=self.name,
+                model=model,
+                meta={"outcome": outcome, "steps": len(steps)},
+            )
         except BAD_CONTENT as exc:
             yield Rejected(None, f"{path.name}: {reason_of(exc)}", records=len(history))
             return
@@ -92,8 +107,14 @@ class SweAgentReader(Reader):
         """If the step says what was really sent and it differs, rewrite to it first."""
         if not isinstance(query, list) or not query:
             return
-        sent = [openai_message(m, id=f"q{step}.{j}") for j, m in enumerate(query) if isinstance(m, dict)]
+        sent = [
+            openai_message(m, id=f"q{step}.{j}") for j, m in enumerate(query) if isinstance(m, dict)
+        ]
         items = builder.match(sent)
-        if len(items) == len(builder.live) and all(getattr(it, "type", None) == "keep" for it in items):
+        if len(items) == len(builder.live) and all(
+            getattr(it, "type", None) == "keep" for it in items
+        ):
             return
-        builder.rewrite("edit", "budget", items, id=f"query-{step}", meta={"by": "history processor"})
+        builder.rewrite(
+            "edit", "budget", items, id=f"query-{step}", meta={"by": "history processor"}
+        )

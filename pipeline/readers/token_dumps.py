@@ -17,13 +17,20 @@ with a ``compaction`` rewrite to its prompt. ``.pt`` files are loaded with
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, register
 from pipeline.readers.builder import RolloutBuilder, msg, openai_message
-from pipeline.readers.common import BAD_CONTENT, first_json_object, iter_json_records, reason_of, stable_id
+from pipeline.readers.common import (
+    BAD_CONTENT,
+    first_json_object,
+    iter_json_records,
+    reason_of,
+    stable_id,
+)
 
 
 @dataclass
@@ -66,7 +73,9 @@ def _reward(value: Any) -> float | None:
 
 def _check(s: Sample) -> Sample:
     if len(s.mask) != len(s.response_ids):
-        raise ValueError(f"mask has {len(s.mask)} entries for {len(s.response_ids)} response tokens")
+        raise ValueError(
+            f"mask has {len(s.mask)} entries for {len(s.response_ids)} response tokens"
+        )
     if s.logprobs is not None and len(s.logprobs) != len(s.response_ids):
         raise ValueError(f"{len(s.logprobs)} logprobs for {len(s.response_ids)} response tokens")
     if not s.response_ids:
@@ -78,48 +87,92 @@ def slime_sample(rec: dict, line: int | None) -> Sample:
     tokens = _ints(rec.get("tokens"), "tokens")
     n = int(rec.get("response_length") or 0)
     meta = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {}
-    key = rec.get("rollout_id") or meta.get("rollout_id") or rec.get("session_id") or meta.get("session_id")
+    key = (
+        rec.get("rollout_id")
+        or meta.get("rollout_id")
+        or rec.get("session_id")
+        or meta.get("session_id")
+    )
     mask = rec.get("loss_mask")
-    return _check(Sample(
-        key=str(key if key is not None else f"g{rec.get('group_index')}-i{rec.get('index')}"),
-        task=str(meta.get("task_id") or meta.get("instance_id") or f"group-{rec.get('group_index')}"),
-        order=(_position(rec.get("index")),), line=line,
-        prompt_ids=tokens[:len(tokens) - n], response_ids=tokens[len(tokens) - n:],
-        mask=_ints(mask, "loss_mask") if mask is not None else [1] * n,
-        logprobs=[float(x) for x in rec["rollout_log_probs"]] if rec.get("rollout_log_probs") else None,
-        reward=_reward(rec.get("reward")), prompt=rec.get("prompt"), response=rec.get("response"),
-        truncated=str(rec.get("status", "")).lower().endswith("truncated"),
-        meta={"status": str(rec.get("status"))} if rec.get("status") is not None else {}))
+    return _check(
+        Sample(
+            key=str(key if key is not None else f"g{rec.get('group_index')}-i{rec.get('index')}"),
+            task=str(
+                meta.get("task_id") or meta.get("instance_id") or f"group-{rec.get('group_index')}"
+            ),
+            order=(_position(rec.get("index")),),
+            line=line,
+            prompt_ids=tokens[: len(tokens) - n],
+            response_ids=tokens[len(tokens) - n :],
+            mask=_ints(mask, "loss_mask") if mask is not None else [1] * n,
+            logprobs=[float(x) for x in rec["rollout_log_probs"]]
+            if rec.get("rollout_log_probs")
+            else None,
+            reward=_reward(rec.get("reward")),
+            prompt=rec.get("prompt"),
+            response=rec.get("response"),
+            truncated=str(rec.get("status", "")).lower().endswith("truncated"),
+            meta={"status": str(rec.get("status"))} if rec.get("status") is not None else {},
+        )
+    )
 
 
 def verl_sample(rec: dict, line: int | None) -> Sample:
     extra = rec.get("extra_fields") if isinstance(rec.get("extra_fields"), dict) else {}
-    key = rec.get("rollout_id") or rec.get("request_id") or extra.get("request_id") or rec.get("trajectory_id")
+    key = (
+        rec.get("rollout_id")
+        or rec.get("request_id")
+        or extra.get("request_id")
+        or rec.get("trajectory_id")
+    )
     task = rec.get("uid") or extra.get("uid") or rec.get("task_id") or rec.get("index")
     response = _ints(rec.get("response_ids"), "response_ids")
     mask = rec.get("response_mask")
-    return _check(Sample(
-        key=str(key if key is not None else stable_id(line, rec.get("prompt_ids"))),
-        task=str(task if task is not None else key), order=(_position(rec.get("step")),), line=line,
-        prompt_ids=_ints(rec.get("prompt_ids"), "prompt_ids"), response_ids=response,
-        mask=_ints(mask, "response_mask") if mask is not None else [1] * len(response),
-        logprobs=[float(x) for x in rec["response_logprobs"]] if rec.get("response_logprobs") else None,
-        reward=_reward(rec.get("reward_score")), meta={"num_turns": rec.get("num_turns")}))
+    return _check(
+        Sample(
+            key=str(key if key is not None else stable_id(line, rec.get("prompt_ids"))),
+            task=str(task if task is not None else key),
+            order=(_position(rec.get("step")),),
+            line=line,
+            prompt_ids=_ints(rec.get("prompt_ids"), "prompt_ids"),
+            response_ids=response,
+            mask=_ints(mask, "response_mask") if mask is not None else [1] * len(response),
+            logprobs=[float(x) for x in rec["response_logprobs"]]
+            if rec.get("response_logprobs")
+            else None,
+            reward=_reward(rec.get("reward_score")),
+            meta={"num_turns": rec.get("num_turns")},
+        )
+    )
 
 
 def skyrl_sample(rec: dict, line: int | None) -> Sample:
     traj = rec.get("trajectory_ids") or rec.get("trajectory_id") or {}
     instance = traj.get("instance_id") if isinstance(traj, dict) else traj
-    key = f"{instance}:{traj.get('repetition_id')}" if isinstance(traj, dict) else str(traj or stable_id(line))
+    key = (
+        f"{instance}:{traj.get('repetition_id')}"
+        if isinstance(traj, dict)
+        else str(traj or stable_id(line))
+    )
     response = _ints(rec.get("response_ids"), "response_ids")
     mask = rec.get("loss_masks", rec.get("loss_mask"))
-    return _check(Sample(
-        key=key, task=str(instance or key), order=(_position(rec.get("step")),), line=line,
-        prompt_ids=_ints(rec.get("prompt_token_ids"), "prompt_token_ids"), response_ids=response,
-        mask=_ints(mask, "loss_masks") if mask is not None else [1] * len(response),
-        logprobs=[float(x) for x in rec["rollout_logprobs"]] if rec.get("rollout_logprobs") else None,
-        reward=_reward(rec.get("rewards")), truncated=rec.get("stop_reasons") == "length",
-        meta={"is_last_step": rec["is_last_step"]} if "is_last_step" in rec else {}))
+    return _check(
+        Sample(
+            key=key,
+            task=str(instance or key),
+            order=(_position(rec.get("step")),),
+            line=line,
+            prompt_ids=_ints(rec.get("prompt_token_ids"), "prompt_token_ids"),
+            response_ids=response,
+            mask=_ints(mask, "loss_masks") if mask is not None else [1] * len(response),
+            logprobs=[float(x) for x in rec["rollout_logprobs"]]
+            if rec.get("rollout_logprobs")
+            else None,
+            reward=_reward(rec.get("rewards")),
+            truncated=rec.get("stop_reasons") == "length",
+            meta={"is_last_step": rec["is_last_step"]} if "is_last_step" in rec else {},
+        )
+    )
 
 
 def rows_of(rec: dict, column: str) -> list[dict]:
@@ -128,7 +181,9 @@ def rows_of(rec: dict, column: str) -> list[dict]:
     if not (isinstance(values, list) and values and isinstance(values[0], list)):
         return [rec]
     n = len(values)
-    return [{k: v[i] for k, v in rec.items() if isinstance(v, list) and len(v) == n} for i in range(n)]
+    return [
+        {k: v[i] for k, v in rec.items() if isinstance(v, list) and len(v) == n} for i in range(n)
+    ]
 
 
 def build_rollout(samples: list[Sample], source: str) -> Accepted | Rejected:
@@ -143,22 +198,40 @@ def build_rollout(samples: list[Sample], source: str) -> Accepted | Rejected:
                 for i, m in enumerate(prompt or []):
                     builder.append(openai_message(m, id=f"prompt.{i}"))
                 if prompt is None:
-                    builder.append(msg("user", s.prompt if isinstance(s.prompt, str) else "",
-                                       meta={"prompt_tokens": len(s.prompt_ids)}))
-            elif s.prompt_ids[:len(previous)] == previous:
+                    builder.append(
+                        msg(
+                            "user",
+                            s.prompt if isinstance(s.prompt, str) else "",
+                            meta={"prompt_tokens": len(s.prompt_ids)},
+                        )
+                    )
+            elif s.prompt_ids[: len(previous)] == previous:
                 if len(s.prompt_ids) > len(previous):
-                    builder.append(msg("user", "", meta={"token_ids": s.prompt_ids[len(previous):]}))
+                    builder.append(
+                        msg("user", "", meta={"token_ids": s.prompt_ids[len(previous) :]})
+                    )
             else:
                 text = s.prompt if isinstance(s.prompt, str) else ""
-                builder.rewrite("compaction", "budget", [msg("user", text, meta={"prompt_tokens": len(s.prompt_ids)})],
-                                meta={"inferred_from": "prompt token ids do not extend the previous sample"})
+                builder.rewrite(
+                    "compaction",
+                    "budget",
+                    [msg("user", text, meta={"prompt_tokens": len(s.prompt_ids)})],
+                    meta={"inferred_from": "prompt token ids do not extend the previous sample"},
+                )
             _response(builder, s)
             previous = s.prompt_ids + s.response_ids
         last = samples[-1]
-        rollout = builder.build(rollout_id=last.key, task_id=last.task, source=source, reward=last.reward,
-                                meta={"samples": len(samples), **last.meta})
+        rollout = builder.build(
+            rollout_id=last.key,
+            task_id=last.task,
+            source=source,
+            reward=last.reward,
+            meta={"samples": len(samples), **last.meta},
+        )
     except BAD_CONTENT as exc:
-        return Rejected(samples[0].line, f"rollout {samples[0].key}: {reason_of(exc)}", records=len(samples))
+        return Rejected(
+            samples[0].line, f"rollout {samples[0].key}: {reason_of(exc)}", records=len(samples)
+        )
     return Accepted(rollout, samples[0].line, records=len(samples))
 
 
@@ -178,9 +251,16 @@ def _response(builder: RolloutBuilder, s: Sample) -> None:
             continue
         text = s.response if calls == 1 and isinstance(s.response, str) else ""
         at = len(s.prompt_ids) + start
-        builder.append(msg("assistant", text, prompt_ids=tokens[:at], output_ids=ids,
-                           logprobs=s.logprobs[start:end] if s.logprobs else None,
-                           finish_reason="length" if s.truncated and end == len(s.mask) else None))
+        builder.append(
+            msg(
+                "assistant",
+                text,
+                prompt_ids=tokens[:at],
+                output_ids=ids,
+                logprobs=s.logprobs[start:end] if s.logprobs else None,
+                finish_reason="length" if s.truncated and end == len(s.mask) else None,
+            )
+        )
 
 
 class _TokenDumpReader(Reader):
@@ -218,7 +298,9 @@ class _TokenDumpReader(Reader):
 @register
 class SlimeReader(_TokenDumpReader):
     name = "slime"
-    description = "slime Sample dicts: JSONL, or .pt debug rollout dumps (loaded with weights_only=True)"
+    description = (
+        "slime Sample dicts: JSONL, or .pt debug rollout dumps (loaded with weights_only=True)"
+    )
     to_sample = staticmethod(slime_sample)
     batch_column = "tokens"
 
@@ -235,7 +317,12 @@ class SlimeReader(_TokenDumpReader):
         try:
             import torch
         except ImportError:
-            yield None, None, "reading .pt needs PyTorch (pip install torch), or convert the dump to JSONL", ""
+            yield (
+                None,
+                None,
+                "reading .pt needs PyTorch (pip install torch), or convert the dump to JSONL",
+                "",
+            )
             return
         try:
             data = torch.load(path, map_location="cpu", weights_only=True)
@@ -245,7 +332,12 @@ class SlimeReader(_TokenDumpReader):
         samples = data.get("samples") if isinstance(data, dict) else data
         for i, s in enumerate(samples if isinstance(samples, list) else []):
             if isinstance(s, dict):
-                yield i + 1, {k: v.tolist() if hasattr(v, "tolist") else v for k, v in s.items()}, None, ""
+                yield (
+                    i + 1,
+                    {k: v.tolist() if hasattr(v, "tolist") else v for k, v in s.items()},
+                    None,
+                    "",
+                )
             else:
                 yield i + 1, None, f"sample {i} is not a dict", ""
 

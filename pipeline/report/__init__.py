@@ -27,23 +27,50 @@ def build_report(build_dir: str | Path) -> tuple[str, list[Plot]]:
     for spec in FIGURES:
         if set(spec.needs) <= set(views):
             fig = spec.draw(con)
-            plots.append(Plot(spec.key, spec.title, spec.caption, png_bytes(fig) if fig is not None else None))
+            plots.append(
+                Plot(
+                    spec.key, spec.title, spec.caption, png_bytes(fig) if fig is not None else None
+                )
+            )
     tables = []
     for query in available(STANDARD, views):
         cursor = con.execute(query.sql)
-        tables.append(ResultTable(query.title, [d[0] for d in cursor.description], cursor.fetchall()))
+        tables.append(
+            ResultTable(query.title, [d[0] for d in cursor.description], cursor.fetchall())
+        )
     counts, seams, groups_of_one = build_counts(con, out)
     manifest_path = out / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    facts = [("build directory", str(out)), ("kind", manifest.get("kind", "unknown")),
-             ("command", manifest.get("command") or "unknown"),
-             ("seam version", manifest.get("seam_version", "unknown")),
-             *((k.replace("_", " "), f"{counts[k]:,}") for k in
-               ("read", "accepted", "quarantined", "segments", "calls", "tokens", "trainable_tokens")),
-             ("seams", ", ".join(f"{k} {n:,}" for k, n in sorted(seams.items()) if k != "none") or "none"),
-             ("task groups of one (advantage 0)", f"{groups_of_one:,}")]
-    notes = [] if "corrections" in views else [
-        "Judge correction types and summary audit rates appear for SFT builds (seam build-sft)."]
+    facts = [
+        ("build directory", str(out)),
+        ("kind", manifest.get("kind", "unknown")),
+        ("command", manifest.get("command") or "unknown"),
+        ("seam version", manifest.get("seam_version", "unknown")),
+        *(
+            (k.replace("_", " "), f"{counts[k]:,}")
+            for k in (
+                "read",
+                "accepted",
+                "quarantined",
+                "segments",
+                "calls",
+                "tokens",
+                "trainable_tokens",
+            )
+        ),
+        (
+            "seams",
+            ", ".join(f"{k} {n:,}" for k, n in sorted(seams.items()) if k != "none") or "none",
+        ),
+        ("task groups of one (advantage 0)", f"{groups_of_one:,}"),
+    ]
+    notes = (
+        []
+        if "corrections" in views
+        else [
+            "Judge correction types and summary audit rates appear for SFT builds (seam build-sft)."
+        ]
+    )
     return render_page(f"seam report: {out.name or out}", facts, plots, tables, notes), plots
 
 

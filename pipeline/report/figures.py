@@ -47,7 +47,15 @@ def _figure(width: float = 6.4, height: float = 3.6):
     return fig, fig.add_subplot()
 
 
-def _bars(labels, values, xlabel: str, ylabel: str, horizontal: bool = False, annotate=None, counts: bool = True):
+def _bars(
+    labels,
+    values,
+    xlabel: str,
+    ylabel: str,
+    horizontal: bool = False,
+    annotate=None,
+    counts: bool = True,
+):
     """Bars of ``values``; horizontal ones for long labels (wrapped to two lines)."""
     labels = [textwrap.shorten(str(label), 90, placeholder="…") for label in labels]
     if horizontal:
@@ -55,7 +63,9 @@ def _bars(labels, values, xlabel: str, ylabel: str, horizontal: bool = False, an
     fig, ax = _figure(6.4, max(2.4, 0.5 * len(labels) + 1) if horizontal else 3.6)
     positions = np.arange(len(labels))
     bars = (ax.barh if horizontal else ax.bar)(positions, values, color="#4c72b0")
-    (ax.set_yticks if horizontal else ax.set_xticks)(positions, labels, fontsize=8 if horizontal else None)
+    (ax.set_yticks if horizontal else ax.set_xticks)(
+        positions, labels, fontsize=8 if horizontal else None
+    )
     if horizontal:
         ax.invert_yaxis()
     if counts:
@@ -68,7 +78,9 @@ def _bars(labels, values, xlabel: str, ylabel: str, horizontal: bool = False, an
 
 
 def compactions_per_rollout(con):
-    rows = con.execute("SELECT num_compactions, count(*) FROM rollouts GROUP BY 1 ORDER BY 1").fetchall()
+    rows = con.execute(
+        "SELECT num_compactions, count(*) FROM rollouts GROUP BY 1 ORDER BY 1"
+    ).fetchall()
     if not rows:
         return None
     x, n = zip(*rows)
@@ -81,7 +93,9 @@ def summary_lengths(con):
         return None
     fig, ax = _figure()
     ax.hist(tokens, bins=min(40, max(5, len(np.unique(tokens)))), color="#4c72b0")
-    ax.axvline(np.median(tokens), color="#c44e52", linestyle="--", label=f"median {np.median(tokens):.0f}")
+    ax.axvline(
+        np.median(tokens), color="#c44e52", linestyle="--", label=f"median {np.median(tokens):.0f}"
+    )
     ax.set_xlabel("summary output tokens")
     ax.set_ylabel("summaries")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -98,7 +112,9 @@ def trainable_vs_context(con):
     fig, ax = _figure()
     for kind in sorted(set(data["seam_kind"])):
         pick = data["seam_kind"] == kind
-        ax.scatter(data["context"][pick], data["trainable"][pick], s=8, alpha=0.6, label=f"seam: {kind}")
+        ax.scatter(
+            data["context"][pick], data["trainable"][pick], s=8, alpha=0.6, label=f"seam: {kind}"
+        )
     ax.set_xlabel("context tokens (loss mask 0)")
     ax.set_ylabel("trainable tokens (loss mask 1)")
     ax.legend(fontsize=8)
@@ -109,9 +125,19 @@ def pass_rate_by_compactions(con):
     rows = con.execute(PASS_RATE_BY_COMPACTIONS.sql).fetchall()
     if not rows:
         return None
-    compactions, rollouts, pass_rate = [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
-    fig = _bars(compactions, pass_rate, "compactions in the rollout", "pass rate", counts=False,
-                annotate=[f"{p:.0%}\nn={n}" for p, n in zip(pass_rate, rollouts)])
+    compactions, rollouts, pass_rate = (
+        [r[0] for r in rows],
+        [r[1] for r in rows],
+        [r[2] for r in rows],
+    )
+    fig = _bars(
+        compactions,
+        pass_rate,
+        "compactions in the rollout",
+        "pass rate",
+        counts=False,
+        annotate=[f"{p:.0%}\nn={n}" for p, n in zip(pass_rate, rollouts)],
+    )
     fig.axes[0].set_ylim(0, 1.15)
     return fig
 
@@ -162,7 +188,9 @@ def correction_types(con):
                           GROUP BY 1 ORDER BY n DESC, 1""").fetchall()
     if not rows:
         return None
-    return _bars([r[0] for r in rows], [r[1] for r in rows], "corrections", "type / verdict", horizontal=True)
+    return _bars(
+        [r[0] for r in rows], [r[1] for r in rows], "corrections", "type / verdict", horizontal=True
+    )
 
 
 def audit_rates(con):
@@ -171,35 +199,88 @@ def audit_rates(con):
     if not row or not row[0]:
         return None
     names = [d[0] for d in cursor.description]
-    rates = [(name.removesuffix("_rate").replace("_", " "), value) for name, value in zip(names, row)
-             if name.endswith("_rate")]
-    fig = _bars([r[0] for r in rates], [r[1] for r in rates], "share of summaries", "", horizontal=True,
-                annotate=[f"{r[1]:.1%}" for r in rates], counts=False)
+    rates = [
+        (name.removesuffix("_rate").replace("_", " "), value)
+        for name, value in zip(names, row)
+        if name.endswith("_rate")
+    ]
+    fig = _bars(
+        [r[0] for r in rates],
+        [r[1] for r in rates],
+        "share of summaries",
+        "",
+        horizontal=True,
+        annotate=[f"{r[1]:.1%}" for r in rates],
+        counts=False,
+    )
     fig.axes[0].set_xlim(0, 1.15)
     return fig
 
 
 FIGURES = [
-    FigureSpec("compactions", "Compactions per rollout", "How often rollouts compacted their context.",
-               compactions_per_rollout, ("rollouts",)),
-    FigureSpec("summary_length", "Summary length", "Output tokens of every summary call (end-of-turn token included).",
-               summary_lengths, ("calls",)),
-    FigureSpec("tokens", "Trainable vs context tokens per segment",
-               f"One point per segment (at most {SCATTER_SAMPLE:,}, sampled): tokens the policy generated in it "
-               "(trained) against the context it saw.", trainable_vs_context, ("segments",)),
-    FigureSpec("pass_rate", "Pass rate by number of compactions",
-               "Share of rollouts that passed (resolved, else reward > 0), by how often they compacted; n = rollouts.",
-               pass_rate_by_compactions, ("rollouts",)),
-    FigureSpec("advantage", "Advantage distribution",
-               "GRPO shared outcome advantage, counted once per rollout (not per segment).",
-               advantage_distribution, ("rollouts",)),
-    FigureSpec("seams", "Seams by kind", "Segments that start at a seam, by seam kind, stacked by source.",
-               seams_by_kind, ("segments",)),
-    FigureSpec("quarantine", "Quarantine reasons", f"Rejected records by reason (top {TOP_REASONS}).",
-               quarantine_reasons, ("quarantine",)),
-    FigureSpec("corrections", "Judge correction types", "Attached judge corrections by type and verdict.",
-               correction_types, ("corrections",)),
-    FigureSpec("audit", "Summary audit rates",
-               "AutoCompact's measures over audited summaries: key-state omission, next-step omission, "
-               "self-consistency violations, invented paths.", audit_rates, ("audit",)),
+    FigureSpec(
+        "compactions",
+        "Compactions per rollout",
+        "How often rollouts compacted their context.",
+        compactions_per_rollout,
+        ("rollouts",),
+    ),
+    FigureSpec(
+        "summary_length",
+        "Summary length",
+        "Output tokens of every summary call (end-of-turn token included).",
+        summary_lengths,
+        ("calls",),
+    ),
+    FigureSpec(
+        "tokens",
+        "Trainable vs context tokens per segment",
+        f"One point per segment (at most {SCATTER_SAMPLE:,}, sampled): tokens the policy generated in it "
+        "(trained) against the context it saw.",
+        trainable_vs_context,
+        ("segments",),
+    ),
+    FigureSpec(
+        "pass_rate",
+        "Pass rate by number of compactions",
+        "Share of rollouts that passed (resolved, else reward > 0), by how often they compacted; n = rollouts.",
+        pass_rate_by_compactions,
+        ("rollouts",),
+    ),
+    FigureSpec(
+        "advantage",
+        "Advantage distribution",
+        "GRPO shared outcome advantage, counted once per rollout (not per segment).",
+        advantage_distribution,
+        ("rollouts",),
+    ),
+    FigureSpec(
+        "seams",
+        "Seams by kind",
+        "Segments that start at a seam, by seam kind, stacked by source.",
+        seams_by_kind,
+        ("segments",),
+    ),
+    FigureSpec(
+        "quarantine",
+        "Quarantine reasons",
+        f"Rejected records by reason (top {TOP_REASONS}).",
+        quarantine_reasons,
+        ("quarantine",),
+    ),
+    FigureSpec(
+        "corrections",
+        "Judge correction types",
+        "Attached judge corrections by type and verdict.",
+        correction_types,
+        ("corrections",),
+    ),
+    FigureSpec(
+        "audit",
+        "Summary audit rates",
+        "AutoCompact's measures over audited summaries: key-state omission, next-step omission, "
+        "self-consistency violations, invented paths.",
+        audit_rates,
+        ("audit",),
+    ),
 ]

@@ -40,8 +40,13 @@ class ResultTable:
     rows: list[tuple]
 
 
-def render_page(title: str, facts: list[tuple[str, str]], plots: list[Plot], tables: list[ResultTable],
-                notes: list[str]) -> str:
+def render_page(
+    title: str,
+    facts: list[tuple[str, str]],
+    plots: list[Plot],
+    tables: list[ResultTable],
+    notes: list[str],
+) -> str:
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

@@ -15,8 +15,21 @@ import random
 from collections import deque
 
 from pipeline.simulate import outputs
-from pipeline.simulate.actions import (add_test, diff, edit, grep_symbol, locate, one_line, orient, ramble, read_module,
-                                       read_tests, repro, run_tests, submit)
+from pipeline.simulate.actions import (
+    add_test,
+    diff,
+    edit,
+    grep_symbol,
+    locate,
+    one_line,
+    orient,
+    ramble,
+    read_module,
+    read_tests,
+    repro,
+    run_tests,
+    submit,
+)
 from pipeline.simulate.bugs import Failure
 from pipeline.simulate.sidetrips import wander
 from pipeline.simulate.state import Step, WorkState
@@ -25,12 +38,25 @@ from pipeline.simulate.tasks import Task
 _WANDER = "wander"
 
 ACTIONS = {  # intent -> the action that realizes it
-    "orient": orient, "grep_symbol": grep_symbol, "read_module": read_module, "read_tests": read_tests, "repro": repro,
-    "locate": locate, "locate_wrong": lambda a: locate(a, wrong=True),
-    "edit_fix": lambda a: edit(a, "fix"), "edit_wrong": lambda a: edit(a, "wrong"),
-    "edit_miss": lambda a: edit(a, "miss"), "revert_wrong": lambda a: edit(a, "revert"), "add_test": add_test,
-    "run_failing": lambda a: run_tests(a, "failing"), "run_file": lambda a: run_tests(a, "file"),
-    "run_all": lambda a: run_tests(a, "all"), "diff": diff, "submit": submit, "wander": wander, "ramble": ramble,
+    "orient": orient,
+    "grep_symbol": grep_symbol,
+    "read_module": read_module,
+    "read_tests": read_tests,
+    "repro": repro,
+    "locate": locate,
+    "locate_wrong": lambda a: locate(a, wrong=True),
+    "edit_fix": lambda a: edit(a, "fix"),
+    "edit_wrong": lambda a: edit(a, "wrong"),
+    "edit_miss": lambda a: edit(a, "miss"),
+    "revert_wrong": lambda a: edit(a, "revert"),
+    "add_test": add_test,
+    "run_failing": lambda a: run_tests(a, "failing"),
+    "run_file": lambda a: run_tests(a, "file"),
+    "run_all": lambda a: run_tests(a, "all"),
+    "diff": diff,
+    "submit": submit,
+    "wander": wander,
+    "ramble": ramble,
 }
 
 
@@ -40,31 +66,62 @@ def build_plan(rng: random.Random, resolved: bool, n_steps: int) -> list[str]:
     if rng.random() < 0.25:
         explore.remove("orient")
     if resolved:
-        fix = ["edit_wrong", "run_failing", "locate", "revert_wrong"] if rng.random() < 0.3 else ["locate"]
+        fix = (
+            ["edit_wrong", "run_failing", "locate", "revert_wrong"]
+            if rng.random() < 0.3
+            else ["locate"]
+        )
         fix += (["edit_miss"] if rng.random() < 0.25 else []) + ["edit_fix", "run_failing"]
-        finish = (["add_test", "run_file"] if rng.random() < 0.7 else []) + ["run_all", "diff", "submit"]
+        finish = (["add_test", "run_file"] if rng.random() < 0.7 else []) + [
+            "run_all",
+            "diff",
+            "submit",
+        ]
         spare = max(0, n_steps - len(explore) - len(fix) - len(finish))
         w1 = int(spare * rng.uniform(0.5, 0.8))
         w2 = int((spare - w1) * rng.uniform(0.4, 0.8))
         cut = rng.randint(1, len(fix) - 2)
-        return (explore + [_WANDER] * w1 + fix[:cut] + [_WANDER] * w2 + fix[cut:]
-                + finish[:-2] + [_WANDER] * (spare - w1 - w2) + finish[-2:])
+        return (
+            explore
+            + [_WANDER] * w1
+            + fix[:cut]
+            + [_WANDER] * w2
+            + fix[cut:]
+            + finish[:-2]
+            + [_WANDER] * (spare - w1 - w2)
+            + finish[-2:]
+        )
     attempt = ["locate_wrong", "edit_wrong", "run_failing"] if rng.random() < 0.9 else []
     spare = max(0, n_steps - len(explore) - len(attempt) - 2)
     w1 = int(spare * rng.uniform(0.3, 0.5))
-    loop = [rng.choice(["read_module", "run_failing", _WANDER, _WANDER, "grep_symbol"]) for _ in range(spare - w1)]
-    return explore + [_WANDER] * w1 + attempt + loop + (["diff", "submit"] if rng.random() < 0.8 else ["submit"])
+    loop = [
+        rng.choice(["read_module", "run_failing", _WANDER, _WANDER, "grep_symbol"])
+        for _ in range(spare - w1)
+    ]
+    return (
+        explore
+        + [_WANDER] * w1
+        + attempt
+        + loop
+        + (["diff", "submit"] if rng.random() < 0.8 else ["submit"])
+    )
 
 
 class Agent:
-    def __init__(self, task: Task, rng: random.Random, resolved: bool, n_steps: int, reasoning: bool):
+    def __init__(
+        self, task: Task, rng: random.Random, resolved: bool, n_steps: int, reasoning: bool
+    ):
         self.task = task
         self.rng = rng
         self.reasoning = reasoning
         self.workspace = {path: "\n".join(lines) for path, lines in task.files.items()}
         self.fixed = False
         self.wrong_applied = False
-        self.state = WorkState(goal=task.text(task.bug.issue_title), module_path=task.module_path, test_path=task.test_path)
+        self.state = WorkState(
+            goal=task.text(task.bug.issue_title),
+            module_path=task.module_path,
+            test_path=task.test_path,
+        )
         self.queue = deque(build_plan(rng, resolved, n_steps))
         self.done = False
         self._other_tests: dict[str, list[str]] = {}
@@ -76,7 +133,11 @@ class Agent:
         return self.workspace[path].split("\n") if path in self.workspace else self.task.file(path)
 
     def test_names(self) -> list[str]:
-        return [line[4:line.index("(")] for line in self.lines(self.task.test_path) if line.startswith("def test_")]
+        return [
+            line[4 : line.index("(")]
+            for line in self.lines(self.task.test_path)
+            if line.startswith("def test_")
+        ]
 
     def other_tests(self, path: str) -> list[str]:
         if path not in self._other_tests:
@@ -92,9 +153,17 @@ class Agent:
     def failure_block(self, test_name: str, failure: Failure) -> str:
         t = self.task
         tests, module = self.lines(t.test_path), self.lines(t.module_path)
-        test_def = next(i for i, line in enumerate(tests, 1) if line.startswith(f"def {test_name}("))
-        func_def = next(i for i, line in enumerate(module, 1) if line.startswith((f"def {t.symbol}(", f"class {t.symbol}")))
-        return outputs.failure_block(test_name, t.test_path, tests, test_def, failure, t.module_path, module, func_def)
+        test_def = next(
+            i for i, line in enumerate(tests, 1) if line.startswith(f"def {test_name}(")
+        )
+        func_def = next(
+            i
+            for i, line in enumerate(module, 1)
+            if line.startswith((f"def {t.symbol}(", f"class {t.symbol}"))
+        )
+        return outputs.failure_block(
+            test_name, t.test_path, tests, test_def, failure, t.module_path, module, func_def
+        )
 
     @property
     def resolved(self) -> bool:

@@ -22,7 +22,14 @@ from pipeline.simulate import corrections as corr
 from pipeline.simulate.agent import Agent
 from pipeline.simulate.episode import Episode
 from pipeline.simulate.state import Step, ToolUse
-from pipeline.simulate.summaries import AUTO_PREFIX, Q_SUM, RESUME_PREFIX, RESUME_SUFFIX, draw_defects, write_summary
+from pipeline.simulate.summaries import (
+    AUTO_PREFIX,
+    Q_SUM,
+    RESUME_PREFIX,
+    RESUME_SUFFIX,
+    draw_defects,
+    write_summary,
+)
 
 MAX_COMPACTIONS = 3
 KEEP_LAST_STEPS = 2
@@ -40,8 +47,11 @@ def before_action(ep: Episode, agent: Agent) -> None:
             budget_compaction(ep, agent)
         else:
             ep.ended = True
-    elif s == "auto" and ep.compactions < MAX_COMPACTIONS and (
-            ep.ctx.tokens() >= ep.cfg.auto_fraction * ep.cfg.budget or budget_due(ep)):
+    elif (
+        s == "auto"
+        and ep.compactions < MAX_COMPACTIONS
+        and (ep.ctx.tokens() >= ep.cfg.auto_fraction * ep.cfg.budget or budget_due(ep))
+    ):
         auto_compaction(ep, agent)
     elif s == "memact" and ep.ctx.tokens() > 0.45 * ep.cfg.budget and len(ep.steps) > 10:
         memact_edit(ep)
@@ -69,20 +79,33 @@ def budget_compaction(ep: Episode, agent: Agent) -> None:
     h = ep.ctx.tokens()
     ep.append("user", Q_SUM)
     summary = _summary(ep, agent, False, draw_defects(ep.rng, clean=False))
-    ep.call(ep.message("assistant", summary.text, kind="summary", finish_reason="stop", meta=_meta(summary)))
+    ep.call(
+        ep.message(
+            "assistant", summary.text, kind="summary", finish_reason="stop", meta=_meta(summary)
+        )
+    )
     resume = ep.message("user", RESUME_PREFIX + summary.text + RESUME_SUFFIX)
     system = ep.ctx.messages[0]
     limit = ep.cfg.budget - ep.cfg.threshold
     base = ep.ctx.tokens_of([system, resume]) + len(ep.ctx.gen_ids)
     live = {m.id: m for m in ep.ctx.messages}
     for k in range(KEEP_LAST_STEPS, -1, -1):
-        kept = ep.steps[len(ep.steps) - k:] if k else []
+        kept = ep.steps[len(ep.steps) - k :] if k else []
         ids = [i for s in kept for i in s.ids]
         steps_tokens = ep.ctx.tokens_of([live[i] for i in ids])
         if steps_tokens <= ep.cfg.threshold and base + steps_tokens <= limit:
             break
-    ep.rewrite("compaction", "budget", [system.id, resume, *ids],
-               {"tokens_before": h, "budget": ep.cfg.budget, "threshold": ep.cfg.threshold, "kept_steps": len(kept)})
+    ep.rewrite(
+        "compaction",
+        "budget",
+        [system.id, resume, *ids],
+        {
+            "tokens_before": h,
+            "budget": ep.cfg.budget,
+            "threshold": ep.cfg.threshold,
+            "kept_steps": len(kept),
+        },
+    )
     ep.compactions += 1
     agent.after_compaction(redo=ep.rng.random() < 0.08, reread=ep.rng.random() < 0.12)
 
@@ -94,7 +117,12 @@ def auto_compaction(ep: Episode, agent: Agent) -> None:
     pending = ep.pending_correction
     clean = ep.cfg.corrected
     summary = _summary(ep, agent, True, draw_defects(ep.rng, clean=clean))
-    step = Step("compact", summary.text, "", [ToolUse("compact", {}, f"Working state saved ({h} tokens of history).")])
+    step = Step(
+        "compact",
+        summary.text,
+        "",
+        [ToolUse("compact", {}, f"Working state saved ({h} tokens of history).")],
+    )
     msg = ep.draft(step, kind="summary")
     msg.meta = _meta(summary)
     original = None
@@ -109,13 +137,19 @@ def auto_compaction(ep: Episode, agent: Agent) -> None:
     ep.answer(msg, step.uses)
     if original is not None:
         _keep(ep, _record(ep, agent, index, pending, original[0], msg, original[1]))
-    if ep.held_correction is not None:  # a too-early proposal counts once the compaction it anticipated happens
+    if (
+        ep.held_correction is not None
+    ):  # a too-early proposal counts once the compaction it anticipated happens
         _keep(ep, ep.held_correction)
         ep.held_correction = None
     task_msg = next(m for m in ep.ctx.messages if m.role == "user")
     resume = ep.message("user", AUTO_PREFIX + summary.text)
-    ep.rewrite("compaction", "model", [ep.ctx.messages[0].id, task_msg.id, resume],
-               {"tokens_before": h, "budget": ep.cfg.budget})
+    ep.rewrite(
+        "compaction",
+        "model",
+        [ep.ctx.messages[0].id, task_msg.id, resume],
+        {"tokens_before": h, "budget": ep.cfg.budget},
+    )
     ep.compactions += 1
     ep.pending_correction = "continuation:now" if pending == "continuation" else None
     ep.draw_next = True
@@ -131,16 +165,23 @@ def _keep(ep: Episode, record) -> None:
 def _record(ep: Episode, agent: Agent, index: int, pending: str, original, executed, bad=None):
     kind, _, verdict = pending.partition(":")
     facts = agent.state.facts
-    evidence = [(f.message_id, f.quote) for key, f in facts.items() if key in ("definition", "error")]
+    evidence = [
+        (f.message_id, f.quote) for key, f in facts.items() if key in ("definition", "error")
+    ]
     omitted, detail = [], ""
     if kind == "state":
         verdict = corr.VERDICT_OF_DEFECT[bad.defects[-1]]
         omitted = list(bad.omitted)
-        detail = ("it says an error remains but its next step is to submit" if "wrong_state" not in bad.defects
-                  else "a test that was only added is recorded as passing")
+        detail = (
+            "it says an error remains but its next step is to submit"
+            if "wrong_state" not in bad.defects
+            else "a test that was only added is recorded as passing"
+        )
         if verdict == "invented":
             omitted, detail = [], ", ".join(bad.invented)
-    return corr.make(ep.rollout_id, index, kind, verdict, original, executed, evidence, omitted, detail)
+    return corr.make(
+        ep.rollout_id, index, kind, verdict, original, executed, evidence, omitted, detail
+    )
 
 
 def judged_action(ep: Episode, agent: Agent) -> None:
@@ -152,14 +193,21 @@ def judged_action(ep: Episode, agent: Agent) -> None:
             ep.pending_correction = corr.draw_type(ep.rng)
     pending = ep.pending_correction
     original = None
-    if pending == "trigger:too_early" and ep.ctx.tokens() >= 0.6 * ep.cfg.auto_fraction * ep.cfg.budget:
+    if (
+        pending == "trigger:too_early"
+        and ep.ctx.tokens() >= 0.6 * ep.cfg.auto_fraction * ep.cfg.budget
+    ):
         early = _summary(ep, agent, True, [])
-        original = ep.draft(Step("compact", early.text, "", [ToolUse("compact", {}, "")]), kind="summary")
+        original = ep.draft(
+            Step("compact", early.text, "", [ToolUse("compact", {}, "")]), kind="summary"
+        )
         ep.pending_correction = "trigger:held"
     elif pending == "continuation:now":
         kind = ep.rng.choice(["redo", "drift", "skip"])
         original = ep.draft(agent.propose(kind))
-        pending = "continuation:" + {"redo": "redo", "drift": "drift", "skip": "ignored_next_step"}[kind]
+        pending = (
+            "continuation:" + {"redo": "redo", "drift": "drift", "skip": "ignored_next_step"}[kind]
+        )
         ep.pending_correction = None
     step = agent.next_step()
     index, msg, ids = ep.run(step)
@@ -177,14 +225,29 @@ def memact_edit(ep: Episode) -> None:
     """Prune the oldest steps but the last three; a note replaces them."""
     old = ep.steps[:-3]
     dropped = old if len(old) <= 3 else [s for s in old if ep.rng.random() < 0.8] or old[:1]
-    note = "Pruned steps " + ", ".join(str(s.number) for s in dropped) + ": " + " ".join(s.action for s in dropped)
+    note = (
+        "Pruned steps "
+        + ", ".join(str(s.number) for s in dropped)
+        + ": "
+        + " ".join(s.action for s in dropped)
+    )
     args = {"steps": [s.number for s in dropped], "note": note}
     ids = {i for s in dropped for i in s.ids}
     live = {m.id: m for m in ep.ctx.messages}
     freed = ep.ctx.tokens_of([live[i] for i in ids])
-    step = Step("prune", "Dropping stale outputs to keep the context focused.", "",
-                [ToolUse("prune_context", args, f"Removed {len(ids)} messages ({freed} tokens) from the context.")],
-                action=f"Pruned {len(dropped)} stale steps.")
+    step = Step(
+        "prune",
+        "Dropping stale outputs to keep the context focused.",
+        "",
+        [
+            ToolUse(
+                "prune_context",
+                args,
+                f"Removed {len(ids)} messages ({freed} tokens) from the context.",
+            )
+        ],
+        action=f"Pruned {len(dropped)} stale steps.",
+    )
     ep.run(step)
     note_msg = ep.message("user", "[memory] " + note)
     items: list = []
@@ -208,9 +271,16 @@ def truncate(ep: Episode) -> None:
         dropped.append(s)
         freed += ep.ctx.tokens_of([live[i] for i in s.ids])
     ids = {i for s in dropped for i in s.ids}
-    marker = ep.message("user", f"[Context truncated: {len(dropped)} earlier steps ({freed} tokens) were removed "
-                                f"to fit the {ep.cfg.budget}-token window.]")
+    marker = ep.message(
+        "user",
+        f"[Context truncated: {len(dropped)} earlier steps ({freed} tokens) were removed "
+        f"to fit the {ep.cfg.budget}-token window.]",
+    )
     keep = [m.id for m in ep.ctx.messages if m.id not in ids]
     at = 2 if len(keep) > 1 and live[keep[1]].role == "user" else 1
-    ep.rewrite("truncation", "budget", keep[:at] + [marker] + keep[at:],
-               {"dropped_steps": len(dropped), "tokens_freed": freed})
+    ep.rewrite(
+        "truncation",
+        "budget",
+        keep[:at] + [marker] + keep[at:],
+        {"dropped_steps": len(dropped), "tokens_freed": freed},
+    )

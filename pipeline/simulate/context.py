@@ -50,7 +50,9 @@ class LiveContext:
         self.gen_ids = self.encode_many([self.gen_text])[0]
         self.messages: list[MessageEvent] = []
         self.pieces: dict[str, np.ndarray] = {}
-        self.outputs: dict[str, str] = {}       # assistant message id -> generated text (end-of-turn included)
+        self.outputs: dict[
+            str, str
+        ] = {}  # assistant message id -> generated text (end-of-turn included)
         self.output_len: dict[str, int] = {}
         self.specials = [t for t in self.r.tokenizer.all_special_tokens if t]
         self.total = 0
@@ -78,7 +80,7 @@ class LiveContext:
         text = self.r.piece(as_dict, first, self.tools)
         if as_dict["role"] != "assistant":
             return self.encode_many([text])[0], None, 0
-        generated, trailer = self.r.split_output(text[len(self.gen_text):])
+        generated, trailer = self.r.split_output(text[len(self.gen_text) :])
         out, tail = self.encode_many([generated, trailer])
         return np.concatenate([self.gen_ids, out, tail]), generated, len(out)
 
@@ -105,10 +107,12 @@ class LiveContext:
     def output_ids(self, msg: MessageEvent) -> np.ndarray:
         """Canonical ids of a call's generated text (the call must have been appended)."""
         start = len(self.gen_ids)
-        return self.pieces[msg.id][start:start + self.output_len[msg.id]]
+        return self.pieces[msg.id][start : start + self.output_len[msg.id]]
 
 
-def log_call(ctx: LiveContext, msg: MessageEvent, prompt: list[int] | None, rng: random.Random, drift: bool) -> bool:
+def log_call(
+    ctx: LiveContext, msg: MessageEvent, prompt: list[int] | None, rng: random.Random, drift: bool
+) -> bool:
     """Attach what the engine logged for ``msg`` (already appended); True when the
     logged output ids are a non-canonical tokenization of the text."""
     ids = ctx.output_ids(msg)
@@ -123,11 +127,19 @@ def log_call(ctx: LiveContext, msg: MessageEvent, prompt: list[int] | None, rng:
     return drifted
 
 
-def _noncanonical(ctx: LiveContext, text: str, canonical: np.ndarray, rng: random.Random) -> list[int] | None:
+def _noncanonical(
+    ctx: LiveContext, text: str, canonical: np.ndarray, rng: random.Random
+) -> list[int] | None:
     """The text encoded as two parts split inside a word (never inside a special token),
     if that changes the ids; None when no tried split does."""
-    special = [(m.start(), m.end()) for tok in ctx.specials for m in re.finditer(re.escape(tok), text)]
-    words = [m for m in _WORD.finditer(text) if not any(a < m.end() and m.start() < b for a, b in special)]
+    special = [
+        (m.start(), m.end()) for tok in ctx.specials for m in re.finditer(re.escape(tok), text)
+    ]
+    words = [
+        m
+        for m in _WORD.finditer(text)
+        if not any(a < m.end() and m.start() < b for a, b in special)
+    ]
     for match in rng.sample(words, min(4, len(words))):
         cut = rng.randint(match.start() + 1, match.end() - 1)
         left, right = ctx.encode_many([text[:cut], text[cut:]])

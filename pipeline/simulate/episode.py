@@ -23,16 +23,16 @@ from schemas.rollout import Keep, MessageEvent, RewriteEvent, ToolCall
 class Config:
     """Per-rollout choices, drawn from the rollout's generator."""
 
-    strategy: str            # budget | auto | memact | truncate | none
-    budget: int              # C: context budget in tokens
-    threshold: int           # T_comp: compact when C - |h| < T_comp
-    logging: str             # full | output | none
-    drift: bool              # some logged outputs use a non-canonical tokenization
+    strategy: str  # budget | auto | memact | truncate | none
+    budget: int  # C: context budget in tokens
+    threshold: int  # T_comp: compact when C - |h| < T_comp
+    logging: str  # full | output | none
+    drift: bool  # some logged outputs use a non-canonical tokenization
     reasoning: bool
     n_steps: int
-    corrected: bool          # a judge reviewed this rollout (AutoCompact rollouts only)
-    auto_fraction: float     # AutoCompact: the policy compacts once |h| >= auto_fraction * C
-    ramble_end: bool         # the last call is cut by max tokens (finish_reason="length")
+    corrected: bool  # a judge reviewed this rollout (AutoCompact rollouts only)
+    auto_fraction: float  # AutoCompact: the policy compacts once |h| >= auto_fraction * C
+    ramble_end: bool  # the last call is cut by max tokens (finish_reason="length")
 
 
 @dataclass
@@ -58,9 +58,11 @@ class Episode:
     drifted_calls: int = 0
     calls: int = 0
     ended: bool = False
-    pending_correction: str | None = None   # judged rollouts: the correction planned for this window
-    draw_next: bool = True                   # judged rollouts: draw the next window's correction
-    held_correction: Correction | None = None    # a too-early trigger correction, kept once compaction happens
+    pending_correction: str | None = None  # judged rollouts: the correction planned for this window
+    draw_next: bool = True  # judged rollouts: draw the next window's correction
+    held_correction: Correction | None = (
+        None  # a too-early trigger correction, kept once compaction happens
+    )
     _next_id: int = 0
     _next_call: int = 0
     _steps_done: int = 0
@@ -85,15 +87,28 @@ class Episode:
         out = []
         for use in uses:
             self._next_call += 1
-            out.append(ToolCall(id=f"call_{self._next_call}", name=use.name,
-                                arguments=json.dumps(use.args, ensure_ascii=False)))
+            out.append(
+                ToolCall(
+                    id=f"call_{self._next_call}",
+                    name=use.name,
+                    arguments=json.dumps(use.args, ensure_ascii=False),
+                )
+            )
         return out
 
     def draft(self, step: Step, kind: str = "action") -> MessageEvent:
         """The assistant message for ``step`` (not appended: proposals are drafts too)."""
-        finish = "length" if not step.uses and step.final else ("tool_calls" if step.uses else "stop")
-        return self.message("assistant", step.content, reasoning=step.reasoning or None,
-                            tool_calls=self.tool_calls(step.uses), kind=kind, finish_reason=finish)
+        finish = (
+            "length" if not step.uses and step.final else ("tool_calls" if step.uses else "stop")
+        )
+        return self.message(
+            "assistant",
+            step.content,
+            reasoning=step.reasoning or None,
+            tool_calls=self.tool_calls(step.uses),
+            kind=kind,
+            finish_reason=finish,
+        )
 
     def call(self, msg: MessageEvent) -> int:
         """Append a policy call, logging what the engine saw; returns its call index."""
@@ -114,7 +129,9 @@ class Episode:
                 ids.append(self.append("tool", use.result, tool_call_id=call.id, name=use.name).id)
         return ids
 
-    def run(self, step: Step, msg: MessageEvent | None = None) -> tuple[int, MessageEvent, list[str]]:
+    def run(
+        self, step: Step, msg: MessageEvent | None = None
+    ) -> tuple[int, MessageEvent, list[str]]:
         """Execute an action step: the call, its tool results, a live step record."""
         msg = msg or self.draft(step)
         index = self.call(msg)
@@ -134,7 +151,11 @@ class Episode:
             else:
                 context.append(item)
                 new_live.append(item)
-        self.events.append(RewriteEvent(id=self.new_id(), reason=reason, trigger=trigger, context=context, meta=meta))
+        self.events.append(
+            RewriteEvent(
+                id=self.new_id(), reason=reason, trigger=trigger, context=context, meta=meta
+            )
+        )
         self.ctx.replace(new_live)
         kept = {m.id for m in new_live}
         self.steps = [s for s in self.steps if s.ids[0] in kept]

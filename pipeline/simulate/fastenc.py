@@ -13,14 +13,14 @@ tokenizer's; the tests compare them with ``ChatRenderer.engine_view``.
 from __future__ import annotations
 
 import unicodedata
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from pipeline.render import ChatRenderer
 
 _PROBES = (
-    "<|im_start|>assistant\nLet me look.<tool_call>\n{\"name\": \"grep\", \"arguments\": {\"pattern\": \"def f\"}}\n</tool_call><|im_end|>\n",
+    '<|im_start|>assistant\nLet me look.<tool_call>\n{"name": "grep", "arguments": {"pattern": "def f"}}\n</tool_call><|im_end|>\n',
     "    for start in range(0, len(rows) - 1, size):\n        chunks.append(rows[start:start + size])\n\n\n",
     "E       UnicodeEncodeError: 'ascii' codec can't encode character '\\xe9' in position 3\ncafé naïve Ångström\n",
     "     1\timport pytest\n    12\t\n  \t \n=============================== 1 failed in 0.2s ===",
@@ -38,19 +38,34 @@ def _tiktoken_encoder(renderer: ChatRenderer):
     try:
         import tiktoken
 
-        from pipeline.tokenizer import (QWEN25_FIRST_SPECIAL_ID, QWEN25_SPECIAL_TOKENS, QWEN_SPLIT_PATTERN,
-                                        load_tiktoken_ranks, qwen_ranks_file)
+        from pipeline.tokenizer import (
+            QWEN25_FIRST_SPECIAL_ID,
+            QWEN25_SPECIAL_TOKENS,
+            QWEN_SPLIT_PATTERN,
+            load_tiktoken_ranks,
+            qwen_ranks_file,
+        )
+
         if len(renderer.tokenizer) != QWEN25_FIRST_SPECIAL_ID + len(QWEN25_SPECIAL_TOKENS):
             return None
         enc = tiktoken.Encoding(
-            "seam-qwen2.5", pat_str=QWEN_SPLIT_PATTERN, mergeable_ranks=load_tiktoken_ranks(qwen_ranks_file()),
-            special_tokens={t: QWEN25_FIRST_SPECIAL_ID + i for i, t in enumerate(QWEN25_SPECIAL_TOKENS)})
+            "seam-qwen2.5",
+            pat_str=QWEN_SPLIT_PATTERN,
+            mergeable_ranks=load_tiktoken_ranks(qwen_ranks_file()),
+            special_tokens={
+                t: QWEN25_FIRST_SPECIAL_ID + i for i, t in enumerate(QWEN25_SPECIAL_TOKENS)
+            },
+        )
     except Exception:  # no tiktoken, no ranks file: the slow path is still correct
         return None
 
     def encode_many(texts: Sequence[str]) -> list[np.ndarray]:
-        return [np.asarray(enc.encode(unicodedata.normalize("NFC", t), allowed_special="all"), dtype=np.int32)
-                for t in texts]
+        return [
+            np.asarray(
+                enc.encode(unicodedata.normalize("NFC", t), allowed_special="all"), dtype=np.int32
+            )
+            for t in texts
+        ]
 
     for probe, ids in zip(_PROBES, renderer.encode_many(list(_PROBES))):
         if not np.array_equal(encode_many([probe])[0], ids):

@@ -12,9 +12,11 @@ import random
 
 from pipeline.simulate.bugs import Failure
 
-PYTEST_BANNER = ("============================= test session starts ==============================\n"
-                 "platform linux -- Python 3.11.9, pytest-8.2.2, pluggy-1.5.0\nrootdir: /repo\n"
-                 "configfile: pyproject.toml\n")
+PYTEST_BANNER = (
+    "============================= test session starts ==============================\n"
+    "platform linux -- Python 3.11.9, pytest-8.2.2, pluggy-1.5.0\nrootdir: /repo\n"
+    "configfile: pyproject.toml\n"
+)
 
 
 def cat_n(lines: list[str], start: int, end: int) -> str:
@@ -35,8 +37,16 @@ def _rule(title: str, char: str = "_") -> str:
     return char * left + inner + char * (width - left - len(inner))
 
 
-def failure_block(test_name: str, test_path: str, test_lines: list[str], test_def_line: int, failure: Failure,
-                  module_path: str, module_lines: list[str], func_def_line: int) -> str:
+def failure_block(
+    test_name: str,
+    test_path: str,
+    test_lines: list[str],
+    test_def_line: int,
+    failure: Failure,
+    module_path: str,
+    module_lines: list[str],
+    func_def_line: int,
+) -> str:
     """pytest's FAILURES entry for one test: the test frame, and the source frame when it raised there."""
     body = _function_lines(test_lines, test_def_line)
     mark = len(body) - 1
@@ -51,7 +61,10 @@ def failure_block(test_name: str, test_path: str, test_lines: list[str], test_de
         out += [failure.frame_locals, ""]
     src = _function_lines(module_lines, func_def_line)
     raise_at = next((i for i, line in enumerate(src) if line == failure.at), len(src) - 1)
-    out += [f"    {line}" if i != raise_at else f">   {line}" for i, line in enumerate(src[:raise_at + 1])]
+    out += [
+        f"    {line}" if i != raise_at else f">   {line}"
+        for i, line in enumerate(src[: raise_at + 1])
+    ]
     out += [f"E       {failure.error}"] + [f"E       {d}" for d in failure.detail]
     out += ["", f"{module_path}:{func_def_line + raise_at}: {failure.error.split(':')[0]}"]
     return "\n".join(out)
@@ -60,7 +73,7 @@ def failure_block(test_name: str, test_path: str, test_lines: list[str], test_de
 def _function_lines(lines: list[str], def_line: int) -> list[str]:
     """The definition starting at ``def_line`` up to the next blank-line gap."""
     out = []
-    for line in lines[def_line - 1:]:
+    for line in lines[def_line - 1 :]:
         if out and not line.strip() and (not out[-1].strip()):
             break
         if out and line and not line.startswith((" ", "\t")) and not line.startswith(")"):
@@ -71,8 +84,9 @@ def _function_lines(lines: list[str], def_line: int) -> list[str]:
     return out
 
 
-def pytest_report(files: list[tuple[str, list[str]]], failures: list[tuple[str, str, str, str]],
-                  duration: float) -> str:
+def pytest_report(
+    files: list[tuple[str, list[str]]], failures: list[tuple[str, str, str, str]], duration: float
+) -> str:
     """A whole pytest session. files: (path, test names) in run order;
     failures: (path, test name, FAILURES block, one-line error)."""
     failed = {(p, n) for p, n, _, _ in failures}
@@ -91,15 +105,19 @@ def pytest_report(files: list[tuple[str, list[str]]], failures: list[tuple[str, 
         out.append(_rule("short test summary info", "="))
         out += [f"FAILED {p}::{n} - {err}" for p, n, _, err in failures]
     n_failed = len(failures)
-    tally = (f"{n_failed} failed, {total - n_failed} passed" if n_failed else f"{total} passed") + f" in {duration:.2f}s"
+    tally = (
+        f"{n_failed} failed, {total - n_failed} passed" if n_failed else f"{total} passed"
+    ) + f" in {duration:.2f}s"
     out.append(_rule(tally, "="))
     return "\n".join(out)
 
 
 def edit_result(path: str, lines: list[str], line: int) -> str:
     snippet = cat_n(lines, line - 4, line + 5)
-    return (f"The file {path} has been edited. Here's the result of running `cat -n` on a snippet of {path}:\n"
-            f"{snippet}\nReview the changes and make sure they are as expected. Edit the file again if necessary.")
+    return (
+        f"The file {path} has been edited. Here's the result of running `cat -n` on a snippet of {path}:\n"
+        f"{snippet}\nReview the changes and make sure they are as expected. Edit the file again if necessary."
+    )
 
 
 def edit_failed(path: str, old: str) -> str:
@@ -108,9 +126,14 @@ def edit_failed(path: str, old: str) -> str:
 
 def unified_diff(path: str, before: list[str], after: list[str]) -> str:
     """A one-hunk ``git diff`` of ``path`` (context: 3 lines)."""
-    first = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
+    first = next(
+        (i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after))
+    )
     tail = 0
-    while (tail < min(len(before), len(after)) - first and before[len(before) - 1 - tail] == after[len(after) - 1 - tail]):
+    while (
+        tail < min(len(before), len(after)) - first
+        and before[len(before) - 1 - tail] == after[len(after) - 1 - tail]
+    ):
         tail += 1
     lo = max(0, first - 3)
     old_hi, new_hi = len(before) - tail, len(after) - tail
@@ -118,6 +141,13 @@ def unified_diff(path: str, before: list[str], after: list[str]) -> str:
     body = [f" {x}" for x in before[lo:first]] + [f"-{x}" for x in before[first:old_hi]]
     body += [f"+{x}" for x in after[first:new_hi]] + [f" {x}" for x in before[old_hi:old_end]]
     h = random.Random(path).getrandbits(28)
-    return "\n".join([f"diff --git a/{path} b/{path}", f"index {h:07x}..{h ^ 0x5a5a5a5:07x} 100644",
-                      f"--- a/{path}", f"+++ b/{path}",
-                      f"@@ -{lo + 1},{old_end - lo} +{lo + 1},{new_end - lo} @@", *body])
+    return "\n".join(
+        [
+            f"diff --git a/{path} b/{path}",
+            f"index {h:07x}..{h ^ 0x5A5A5A5:07x} 100644",
+            f"--- a/{path}",
+            f"+++ b/{path}",
+            f"@@ -{lo + 1},{old_end - lo} +{lo + 1},{new_end - lo} @@",
+            *body,
+        ]
+    )

@@ -10,7 +10,7 @@ reward is then read off its final workspace.
 from __future__ import annotations
 
 import random
-from typing import Iterator
+from collections.abc import Iterator
 
 from pipeline.simulate import compaction
 from pipeline.simulate.actions import ramble
@@ -27,37 +27,73 @@ LOGGING = {"full": 0.08, "output": 0.30, "none": 0.62}
 
 
 def _fn(name: str, description: str, properties: dict, required: list[str]) -> dict:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": properties, "required": required}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
 
 
 _STR = {"type": "string"}
 BASE_TOOLS = [
-    _fn("bash", "Run a shell command in /repo; returns stdout and stderr.", {"command": _STR}, ["command"]),
-    _fn("read_file", "Show lines of a file numbered like `cat -n`.",
-        {"path": _STR, "start_line": {"type": "integer"}, "end_line": {"type": "integer"}}, ["path"]),
-    _fn("grep", "Search file contents recursively for a regular expression (grep -rn).",
-        {"pattern": _STR, "path": _STR}, ["pattern"]),
-    _fn("str_replace", "Replace exactly one occurrence of old_str with new_str in a file.",
-        {"path": _STR, "old_str": _STR, "new_str": _STR}, ["path", "old_str", "new_str"]),
+    _fn(
+        "bash",
+        "Run a shell command in /repo; returns stdout and stderr.",
+        {"command": _STR},
+        ["command"],
+    ),
+    _fn(
+        "read_file",
+        "Show lines of a file numbered like `cat -n`.",
+        {"path": _STR, "start_line": {"type": "integer"}, "end_line": {"type": "integer"}},
+        ["path"],
+    ),
+    _fn(
+        "grep",
+        "Search file contents recursively for a regular expression (grep -rn).",
+        {"pattern": _STR, "path": _STR},
+        ["pattern"],
+    ),
+    _fn(
+        "str_replace",
+        "Replace exactly one occurrence of old_str with new_str in a file.",
+        {"path": _STR, "old_str": _STR, "new_str": _STR},
+        ["path", "old_str", "new_str"],
+    ),
     _fn("submit", "Submit the repository in its current state as the final answer.", {}, []),
 ]
-COMPACT_TOOL = _fn("compact", "Replace the conversation history with the working state written in this message's "
-                              "content, which must start with '# Auto Context Summary'.", {}, [])
-PRUNE_TOOL = _fn("prune_context", "Remove earlier steps (by number) from the context, leaving a note in their place.",
-                 {"steps": {"type": "array", "items": {"type": "integer"}}, "note": _STR}, ["steps", "note"])
+COMPACT_TOOL = _fn(
+    "compact",
+    "Replace the conversation history with the working state written in this message's "
+    "content, which must start with '# Auto Context Summary'.",
+    {},
+    [],
+)
+PRUNE_TOOL = _fn(
+    "prune_context",
+    "Remove earlier steps (by number) from the context, leaving a note in their place.",
+    {"steps": {"type": "array", "items": {"type": "integer"}}, "note": _STR},
+    ["steps", "note"],
+)
 
-SYSTEM = ("You are an autonomous software engineer working in a Python repository checked out at /repo. Use the tools "
-          "to explore the code, reproduce the problem, make a minimal fix to non-test files, and verify it with the "
-          "test suite. Think before each action, call one tool at a time, and call `submit` when you are done.")
+SYSTEM = (
+    "You are an autonomous software engineer working in a Python repository checked out at /repo. Use the tools "
+    "to explore the code, reproduce the problem, make a minimal fix to non-test files, and verify it with the "
+    "test suite. Think before each action, call one tool at a time, and call `submit` when you are done."
+)
 SYSTEM_EXTRA = {
     "auto": " Your context is limited. When it grows long or fills with stale output, call `compact` and write your "
-            "working state (established facts with evidence, workspace state, next step) as the message content.",
+    "working state (established facts with evidence, workspace state, next step) as the message content.",
     "memact": " Your context is limited. Remove stale steps with `prune_context`, leaving a note of what they showed.",
 }
-TASK = ("<uploaded_files>\n/repo\n</uploaded_files>\nI've uploaded a Python code repository in the directory /repo. "
-        "Consider the following issue:\n\n<issue_description>\n{issue}\n</issue_description>\n\nMake the minimal changes "
-        "to non-test files in /repo so that the issue is resolved. Tests for the issue may already exist; run them.")
+TASK = (
+    "<uploaded_files>\n/repo\n</uploaded_files>\nI've uploaded a Python code repository in the directory /repo. "
+    "Consider the following issue:\n\n<issue_description>\n{issue}\n</issue_description>\n\nMake the minimal changes "
+    "to non-test files in /repo so that the issue is resolved. Tests for the issue may already exist; run them."
+)
 
 
 def draw_config(rng: random.Random) -> Config:
@@ -65,10 +101,16 @@ def draw_config(rng: random.Random) -> Config:
     budget = 131072 if strategy == "none" else rng.choice([8192, 12288, 16384, 24576])
     logging = rng.choices(list(LOGGING), weights=list(LOGGING.values()))[0]
     return Config(
-        strategy=strategy, budget=budget, threshold=budget // 4, logging=logging,
-        drift=logging != "none" and rng.random() < 0.45, reasoning=rng.random() < 0.3,
-        n_steps=int(rng.triangular(20, 105, 38)), corrected=strategy == "auto" and rng.random() < 0.6,
-        auto_fraction=rng.uniform(0.5, 0.8), ramble_end=rng.random() < 0.03,
+        strategy=strategy,
+        budget=budget,
+        threshold=budget // 4,
+        logging=logging,
+        drift=logging != "none" and rng.random() < 0.45,
+        reasoning=rng.random() < 0.3,
+        n_steps=int(rng.triangular(20, 105, 38)),
+        corrected=strategy == "auto" and rng.random() < 0.6,
+        auto_fraction=rng.uniform(0.5, 0.8),
+        ramble_end=rng.random() < 0.03,
     )
 
 
@@ -86,7 +128,11 @@ def group_outcomes(task_rng: random.Random, size: int) -> list[bool]:
 def simulate_rollout(engine: Engine, task: Task, seed: str, member: int, intended: bool) -> Rollout:
     rng = random.Random(f"{seed}:rollout:{task.task_id}:{member}")
     cfg = draw_config(rng)
-    tools = BASE_TOOLS + ([COMPACT_TOOL] if cfg.strategy == "auto" else []) + ([PRUNE_TOOL] if cfg.strategy == "memact" else [])
+    tools = (
+        BASE_TOOLS
+        + ([COMPACT_TOOL] if cfg.strategy == "auto" else [])
+        + ([PRUNE_TOOL] if cfg.strategy == "memact" else [])
+    )
     rollout_id = f"{task.task_id}/r{member}"
     agent = Agent(task, rng, intended, cfg.n_steps, cfg.reasoning)
     if cfg.ramble_end:
@@ -108,18 +154,41 @@ def simulate_rollout(engine: Engine, task: Task, seed: str, member: int, intende
             _, _, ids = ep.run(step)
             agent.commit(step, ids)
     reward = 1.0 if agent.resolved else 0.0
-    summaries = [ep.ctx.output_len[e.id] for e in ep.events if e.type == "message" and e.kind == "summary"]
-    meta = {"simulator": "seam-simulate/1", "seed": seed, "strategy": cfg.strategy, "context_budget": cfg.budget,
-            "compaction_threshold": cfg.threshold, "keep_last_steps": compaction.KEEP_LAST_STEPS,
-            "token_logging": cfg.logging, "reasoning": cfg.reasoning, "compactions": ep.compactions,
-            "drifted_calls": ep.drifted_calls, "summary_tokens": summaries, "bug": task.bug.kind,
-            "judged": cfg.corrected}
-    return Rollout(rollout_id=rollout_id, task_id=task.task_id, source=SOURCE, model=MODEL, tools=tools,
-                   events=ep.events, reward=reward, resolved=agent.resolved, meta=meta,
-                   corrections=sorted(ep.corrections, key=lambda c: c.call_index))
+    summaries = [
+        ep.ctx.output_len[e.id] for e in ep.events if e.type == "message" and e.kind == "summary"
+    ]
+    meta = {
+        "simulator": "seam-simulate/1",
+        "seed": seed,
+        "strategy": cfg.strategy,
+        "context_budget": cfg.budget,
+        "compaction_threshold": cfg.threshold,
+        "keep_last_steps": compaction.KEEP_LAST_STEPS,
+        "token_logging": cfg.logging,
+        "reasoning": cfg.reasoning,
+        "compactions": ep.compactions,
+        "drifted_calls": ep.drifted_calls,
+        "summary_tokens": summaries,
+        "bug": task.bug.kind,
+        "judged": cfg.corrected,
+    }
+    return Rollout(
+        rollout_id=rollout_id,
+        task_id=task.task_id,
+        source=SOURCE,
+        model=MODEL,
+        tools=tools,
+        events=ep.events,
+        reward=reward,
+        resolved=agent.resolved,
+        meta=meta,
+        corrections=sorted(ep.corrections, key=lambda c: c.call_index),
+    )
 
 
-def simulate_task(engine: Engine, seed: str, task_index: int, group_size: int, members: range) -> list[Rollout]:
+def simulate_task(
+    engine: Engine, seed: str, task_index: int, group_size: int, members: range
+) -> list[Rollout]:
     """The rollouts ``members`` of task ``task_index`` (a whole group, or its first members)."""
     task = make_task(seed, task_index)
     outcomes = group_outcomes(random.Random(f"{seed}:group:{task_index}"), group_size)

@@ -14,16 +14,21 @@ from __future__ import annotations
 import gzip
 import multiprocessing
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.canonical_io import CANONICAL_PARQUET_SCHEMA, rollout_to_json
 
-FORMATS = {"jsonl": ".jsonl", "jsonl.gz": ".jsonl.gz", "jsonl.zst": ".jsonl.zst", "parquet": ".parquet"}
+FORMATS = {
+    "jsonl": ".jsonl",
+    "jsonl.gz": ".jsonl.gz",
+    "jsonl.zst": ".jsonl.zst",
+    "parquet": ".parquet",
+}
 TASKS_PER_CHUNK = 4
 
 
@@ -92,10 +97,17 @@ def _stats(rollout) -> dict:
     corrections: dict[str, int] = {}
     for c in rollout.corrections:
         corrections[c.type] = corrections.get(c.type, 0) + 1
-    return {"calls": len(calls), "compactions": rewrites.get("compaction", 0), "rewrites": rewrites,
-            "logging": rollout.meta["token_logging"], "drifted": rollout.meta["drifted_calls"],
-            "corrections": corrections, "summary_tokens": rollout.meta.get("summary_tokens", []),
-            "resolved": bool(rollout.resolved), "truncated": any(c.finish_reason == "length" for c in calls)}
+    return {
+        "calls": len(calls),
+        "compactions": rewrites.get("compaction", 0),
+        "rewrites": rewrites,
+        "logging": rollout.meta["token_logging"],
+        "drifted": rollout.meta["drifted_calls"],
+        "corrections": corrections,
+        "summary_tokens": rollout.meta.get("summary_tokens", []),
+        "resolved": bool(rollout.resolved),
+        "truncated": any(c.finish_reason == "length" for c in calls),
+    }
 
 
 def simulate_chunk(args: tuple[str, int, int, int, int]) -> list[tuple[bytes, tuple, dict]]:
@@ -107,15 +119,26 @@ def simulate_chunk(args: tuple[str, int, int, int, int]) -> list[tuple[bytes, tu
     for task_index in range(first, last):
         members = range(min(group_size, n - task_index * group_size))
         for r in simulate_task(_engine(), seed, task_index, group_size, members):
-            scalars = (r.schema_version, r.rollout_id, r.task_id, r.source, r.model, r.reward, r.resolved, len(r.events))
+            scalars = (
+                r.schema_version,
+                r.rollout_id,
+                r.task_id,
+                r.source,
+                r.model,
+                r.reward,
+                r.resolved,
+                len(r.events),
+            )
             out.append((rollout_to_json(r), scalars, _stats(r)))
     return out
 
 
 def chunks(job: Job) -> list[tuple[str, int, int, int, int]]:
     n_tasks = (job.n + job.group_size - 1) // job.group_size
-    return [(job.seed, a, min(n_tasks, a + TASKS_PER_CHUNK), job.group_size, job.n)
-            for a in range(0, n_tasks, TASKS_PER_CHUNK)]
+    return [
+        (job.seed, a, min(n_tasks, a + TASKS_PER_CHUNK), job.group_size, job.n)
+        for a in range(0, n_tasks, TASKS_PER_CHUNK)
+    ]
 
 
 def _results(job: Job) -> Iterator[list]:
@@ -159,12 +182,18 @@ class _writer:
             return self._parquet
         self.raw = open(self.path, "wb")
         if self.fmt == "jsonl.gz":
-            self.fh = gzip.GzipFile(filename="", mode="wb", fileobj=self.raw, mtime=0, compresslevel=6)
+            self.fh = gzip.GzipFile(
+                filename="", mode="wb", fileobj=self.raw, mtime=0, compresslevel=6
+            )
         elif self.fmt == "jsonl.zst":
             import zstandard
 
-            params = zstandard.ZstdCompressionParameters.from_level(10, window_log=27, enable_ldm=True)
-            self.fh = zstandard.ZstdCompressor(compression_params=params).stream_writer(self.raw, closefd=False)
+            params = zstandard.ZstdCompressionParameters.from_level(
+                10, window_log=27, enable_ldm=True
+            )
+            self.fh = zstandard.ZstdCompressor(compression_params=params).stream_writer(
+                self.raw, closefd=False
+            )
         else:
             self.fh = self.raw
         return self._jsonl
@@ -174,8 +203,12 @@ class _writer:
 
     def _parquet(self, chunk: list) -> None:
         columns = list(zip(*[scalars + (line.decode(),) for line, scalars, _ in chunk]))
-        self.pq.write_table(pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in
-                                                  zip(columns, CANONICAL_PARQUET_SCHEMA)], schema=CANONICAL_PARQUET_SCHEMA))
+        self.pq.write_table(
+            pa.Table.from_arrays(
+                [pa.array(c, type=f.type) for c, f in zip(columns, CANONICAL_PARQUET_SCHEMA)],
+                schema=CANONICAL_PARQUET_SCHEMA,
+            )
+        )
 
     def __exit__(self, *exc) -> None:
         if self.fmt == "parquet":
@@ -192,15 +225,27 @@ def summary_rows(t: Totals, seconds: float) -> list[tuple[str, str]]:
     median = toks[len(toks) // 2] if toks else 0
     logged = n - t.logging.get("none", 0)
     return [
-        ("rollouts", f"{t.rollouts:,} ({t.rollouts / max(seconds, 1e-9):,.1f}/s, {t.calls / n:.1f} calls each)"),
+        (
+            "rollouts",
+            f"{t.rollouts:,} ({t.rollouts / max(seconds, 1e-9):,.1f}/s, {t.calls / n:.1f} calls each)",
+        ),
         ("resolved", f"{t.resolved / n:.1%}"),
         ("compactions per rollout", f"{t.compactions / n:.2f}"),
         ("rewrites", ", ".join(f"{k} {v:,}" for k, v in sorted(t.rewrites.items())) or "none"),
-        ("summary length (tokens)", f"median {median:,}, max {toks[-1] if toks else 0:,} over {len(toks):,} summaries"),
-        ("token ids logged", f"{logged / n:.1%} (full {t.logging.get('full', 0) / n:.1%}, output only "
-                             f"{t.logging.get('output', 0) / n:.1%})"),
+        (
+            "summary length (tokens)",
+            f"median {median:,}, max {toks[-1] if toks else 0:,} over {len(toks):,} summaries",
+        ),
+        (
+            "token ids logged",
+            f"{logged / n:.1%} (full {t.logging.get('full', 0) / n:.1%}, output only "
+            f"{t.logging.get('output', 0) / n:.1%})",
+        ),
         ("re-tokenization drift", f"{t.drifted_rollouts / n:.1%} of rollouts"),
         ("truncated last call", f"{t.truncated / n:.1%} of rollouts"),
-        ("corrections", ", ".join(f"{k} {v:,}" for k, v in sorted(t.corrections.items())) or "none"),
+        (
+            "corrections",
+            ", ".join(f"{k} {v:,}" for k, v in sorted(t.corrections.items())) or "none",
+        ),
         ("output", f"{t.bytes / 1e6:,.1f} MB" if t.bytes >= 1e6 else f"{t.bytes / 1e3:,.1f} kB"),
     ]

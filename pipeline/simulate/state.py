@@ -11,8 +11,8 @@ exactly what it left out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class ToolUse:
 
     name: str
     args: dict
-    result: str | None          # None: no result (the rollout ended with this call)
+    result: str | None  # None: no result (the rollout ended with this call)
 
 
 @dataclass
@@ -41,10 +41,14 @@ class Step:
     content: str
     reasoning: str
     uses: list[ToolUse]
-    learned: list[tuple[str, Fact]] = field(default_factory=list)   # (fact key, fact; quote found in use 0)
-    action: str = ""             # one line for the summary's "completed actions"
+    learned: list[tuple[str, Fact]] = field(
+        default_factory=list
+    )  # (fact key, fact; quote found in use 0)
+    action: str = ""  # one line for the summary's "completed actions"
     final: bool = False
-    effects: list[Callable[[], None]] = field(default_factory=list)   # applied only if the step is executed
+    effects: list[Callable[[], None]] = field(
+        default_factory=list
+    )  # applied only if the step is executed
 
 
 @dataclass
@@ -55,9 +59,11 @@ class WorkState:
     actions: list[str] = field(default_factory=list)
     facts: dict[str, Fact] = field(default_factory=dict)
     viewed: list[str] = field(default_factory=list)
-    changed: dict[str, str] = field(default_factory=dict)        # path -> what changed
-    tests: dict[str, str] = field(default_factory=dict)          # test id -> failing | passing | added, not run
-    errors: dict[str, str] = field(default_factory=dict)         # test id -> error signature (unresolved)
+    changed: dict[str, str] = field(default_factory=dict)  # path -> what changed
+    tests: dict[str, str] = field(
+        default_factory=dict
+    )  # test id -> failing | passing | added, not run
+    errors: dict[str, str] = field(default_factory=dict)  # test id -> error signature (unresolved)
     failing_command: str = ""
     next_step: str = ""
 

@@ -27,21 +27,29 @@ Q_SUM = (
     "names, error messages, test names), unresolved errors, the current state of the workspace, and a concrete "
     "next step. Be specific: after this you will only see your summary and your last two steps."
 )
-RESUME_PREFIX = ("This session is being continued from a previous conversation that ran out of context. The summary "
-                 "below covers the earlier part of the conversation; the most recent steps follow it unchanged.\n\n")
+RESUME_PREFIX = (
+    "This session is being continued from a previous conversation that ran out of context. The summary "
+    "below covers the earlier part of the conversation; the most recent steps follow it unchanged.\n\n"
+)
 RESUME_SUFFIX = "\n\nContinue with the task from where it left off, starting with the next step."
 AUTO_PREFIX = "Context compacted. Continue from your working state:\n\n"
 
 DEFECTS = ("omit_item", "omit_next", "contradiction", "invented")
-_VAGUE = {"file_path": "the module", "error_message": "an error", "test_name": "the failing test",
-          "failing_command": "the test command"}
+_VAGUE = {
+    "file_path": "the module",
+    "error_message": "an error",
+    "test_name": "the failing test",
+    "failing_command": "the test command",
+}
 
 
 @dataclass
 class Summary:
     text: str
     defects: list[str] = field(default_factory=list)
-    omitted: list[tuple[str, str]] = field(default_factory=list)   # (kind, value) as the audit types them
+    omitted: list[tuple[str, str]] = field(
+        default_factory=list
+    )  # (kind, value) as the audit types them
     invented: list[str] = field(default_factory=list)
 
 
@@ -66,7 +74,14 @@ def _actions(state: WorkState) -> list[str]:
 
 def _code(task: Task, workspace_text: str) -> list[str]:
     lines = workspace_text.split("\n")
-    start = next((i for i, line in enumerate(lines) if line.startswith((f"def {task.symbol}(", f"class {task.symbol}"))), None)
+    start = next(
+        (
+            i
+            for i, line in enumerate(lines)
+            if line.startswith((f"def {task.symbol}(", f"class {task.symbol}"))
+        ),
+        None,
+    )
     if start is None:
         return []
     end = start + 1
@@ -74,13 +89,27 @@ def _code(task: Task, workspace_text: str) -> list[str]:
         end += 1
     while end > start and not lines[end - 1].strip():
         end -= 1
-    return [f"Current code of `{task.func}` ({task.module_path}):", "```python", *lines[start:end], "```"]
+    return [
+        f"Current code of `{task.func}` ({task.module_path}):",
+        "```python",
+        *lines[start:end],
+        "```",
+    ]
 
 
-def _sections(task: Task, state: WorkState, workspace_text: str, rng: random.Random, defects: list[str],
-              auto: bool) -> tuple[list[tuple[str, list[str]]], Summary]:
+def _sections(
+    task: Task,
+    state: WorkState,
+    workspace_text: str,
+    rng: random.Random,
+    defects: list[str],
+    auto: bool,
+) -> tuple[list[tuple[str, list[str]]], Summary]:
     result = Summary("", list(defects))
-    facts = [f.text + (f". Evidence: `{f.quote}`" if auto and f.quote else "") for f in state.facts.values()]
+    facts = [
+        f.text + (f". Evidence: `{f.quote}`" if auto and f.quote else "")
+        for f in state.facts.values()
+    ]
     if "invented" in defects:
         fake = f"src/{task.repo.name}/_{task.names['mod']}_impl.py"
         facts.append(f"`{task.symbol}` is re-exported from {fake}, which must be kept in sync")
@@ -101,28 +130,56 @@ def _sections(task: Task, state: WorkState, workspace_text: str, rng: random.Ran
         sections = [
             ("## Task", [f"Issue #{task.issue_number} ({task.repo.name}): {state.goal}."]),
             ("## Established facts", [f"- {f}" for f in facts] or ["- Nothing established yet."]),
-            ("## Workspace state", [f"- Changed files: {'; '.join(changed)}", "- Tests:"]
-             + [f"  - {t}" for t in tests or ["none run yet"]]
-             + ([f"- Failing command: `{state.failing_command}`"] if state.failing_command and state.errors else [])
-             + [f"- Unresolved: {e}" for e in errors]),
+            (
+                "## Workspace state",
+                [f"- Changed files: {'; '.join(changed)}", "- Tests:"]
+                + [f"  - {t}" for t in tests or ["none run yet"]]
+                + (
+                    [f"- Failing command: `{state.failing_command}`"]
+                    if state.failing_command and state.errors
+                    else []
+                )
+                + [f"- Unresolved: {e}" for e in errors],
+            ),
         ]
         if "definition" in state.facts:
             sections.append(("## Relevant code", _code(task, workspace_text)))
     else:
         sections = [
-            ("## Original goal", [f"Resolve issue #{task.issue_number} in {task.repo.name}: {state.goal}. Make the minimal "
-                                  "change to non-test files; existing tests must keep passing."]),
+            (
+                "## Original goal",
+                [
+                    f"Resolve issue #{task.issue_number} in {task.repo.name}: {state.goal}. Make the minimal "
+                    "change to non-test files; existing tests must keep passing."
+                ],
+            ),
             ("## Completed actions", [f"{i}. {a}" for i, a in enumerate(_actions(state), 1)]),
-            ("## Important observations", [f"- {f}" for f in facts] + ([""] + _code(task, workspace_text)
-                                                                       if "definition" in state.facts else [])),
-            ("## Unresolved errors", [f"- {e}" for e in errors] + ([f"- Reproduce with `{state.failing_command}`"]
-                                                                   if errors and state.failing_command else [])
-             or ["- None: the last test run passed." if state.tests else "- None observed yet."]),
-            ("## Current state", [f"- Modified: {c}" for c in changed] + [f"- Test {t}" for t in tests]
-             + ([f"- Files viewed: {', '.join(state.viewed)}"] if state.viewed else [])),
+            (
+                "## Important observations",
+                [f"- {f}" for f in facts]
+                + ([""] + _code(task, workspace_text) if "definition" in state.facts else []),
+            ),
+            (
+                "## Unresolved errors",
+                [f"- {e}" for e in errors]
+                + (
+                    [f"- Reproduce with `{state.failing_command}`"]
+                    if errors and state.failing_command
+                    else []
+                )
+                or ["- None: the last test run passed." if state.tests else "- None observed yet."],
+            ),
+            (
+                "## Current state",
+                [f"- Modified: {c}" for c in changed]
+                + [f"- Test {t}" for t in tests]
+                + ([f"- Files viewed: {', '.join(state.viewed)}"] if state.viewed else []),
+            ),
         ]
     if state.errors and "`submit`" in next_step and "contradiction" not in result.defects:
-        result.defects.append("contradiction")  # an agent about to give up: the state itself says so, honestly
+        result.defects.append(
+            "contradiction"
+        )  # an agent about to give up: the state itself says so, honestly
     if "omit_next" not in defects:
         sections.append(("## Next step", [next_step]))
     else:
@@ -130,8 +187,14 @@ def _sections(task: Task, state: WorkState, workspace_text: str, rng: random.Ran
     return sections, result
 
 
-def write_summary(task: Task, state: WorkState, workspace_text: str, rng: random.Random, defects: list[str],
-                  auto: bool) -> Summary:
+def write_summary(
+    task: Task,
+    state: WorkState,
+    workspace_text: str,
+    rng: random.Random,
+    defects: list[str],
+    auto: bool,
+) -> Summary:
     """A CompactionRL summary (``auto=False``) or an AutoCompact working state."""
     sections, result = _sections(task, state, workspace_text, rng, defects, auto)
     text = "\n\n".join(head + "\n" + "\n".join(body) for head, body in sections)
@@ -141,7 +204,9 @@ def write_summary(task: Task, state: WorkState, workspace_text: str, rng: random
         present = [(k, v) for k, v in state.key_items() if v in text]
         if present:
             kind, value = rng.choice(present)
-            if kind == "test_name" and state.failing_command in text:  # the command names the test too
+            if (
+                kind == "test_name" and state.failing_command in text
+            ):  # the command names the test too
                 text = text.replace(state.failing_command, _VAGUE["failing_command"])
                 result.omitted.append(("failing_command", state.failing_command))
             text = text.replace(value, _VAGUE[kind])

@@ -29,26 +29,52 @@ class Story:
         self._n += 1
         return f"{prefix}{self._n}"
 
-    def act(self, *calls: tuple[str, dict, str], content: str = "") -> "Story":
+    def act(self, *calls: tuple[str, dict, str], content: str = "") -> Story:
         """One assistant call making ``calls`` = (tool, arguments, result) and their results."""
-        tool_calls = [ToolCall(id=self._id("tc"), name=name, arguments=json.dumps(args)) for name, args, _ in calls]
-        self.events.append(MessageEvent(id=self._id("a"), role="assistant", content=content, tool_calls=tool_calls))
+        tool_calls = [
+            ToolCall(id=self._id("tc"), name=name, arguments=json.dumps(args))
+            for name, args, _ in calls
+        ]
+        self.events.append(
+            MessageEvent(id=self._id("a"), role="assistant", content=content, tool_calls=tool_calls)
+        )
         for call, (name, _, result) in zip(tool_calls, calls):
-            self.events.append(MessageEvent(id=self._id("t"), role="tool", tool_call_id=call.id, name=name, content=result))
+            self.events.append(
+                MessageEvent(
+                    id=self._id("t"), role="tool", tool_call_id=call.id, name=name, content=result
+                )
+            )
         return self
 
-    def say(self, content: str) -> "Story":
+    def say(self, content: str) -> Story:
         self.events.append(MessageEvent(id=self._id("a"), role="assistant", content=content))
         return self
 
-    def compact(self, summary: str, trigger: str = "model") -> "Story":
+    def compact(self, summary: str, trigger: str = "model") -> Story:
         """The policy writes ``summary`` after q_sum; the context becomes system + task + resume."""
         self.events.append(MessageEvent(id=self._id("u"), role="user", content=Q_SUM))
-        self.events.append(MessageEvent(id=self._id("s"), role="assistant", kind="summary", content=summary))
-        resume = MessageEvent(id=self._id("resume"), role="user", content="Summary of earlier work:\n" + summary)
-        self.events.append(RewriteEvent(id=self._id("rw"), reason="compaction", trigger=trigger,
-                                        context=[Keep(id="sys"), Keep(id="task"), resume]))
+        self.events.append(
+            MessageEvent(id=self._id("s"), role="assistant", kind="summary", content=summary)
+        )
+        resume = MessageEvent(
+            id=self._id("resume"), role="user", content="Summary of earlier work:\n" + summary
+        )
+        self.events.append(
+            RewriteEvent(
+                id=self._id("rw"),
+                reason="compaction",
+                trigger=trigger,
+                context=[Keep(id="sys"), Keep(id="task"), resume],
+            )
+        )
         return self
 
     def build(self, **fields) -> Rollout:
-        return Rollout(rollout_id=self.rollout_id, task_id="t1", source="test", tools=TOOLS, events=self.events, **fields)
+        return Rollout(
+            rollout_id=self.rollout_id,
+            task_id="t1",
+            source="test",
+            tools=TOOLS,
+            events=self.events,
+            **fields,
+        )

@@ -11,7 +11,9 @@ from tests.judge.rollouts import Story
 from tests.judge.test_rules import GOOD_SUMMARY, TEST_CMD, explored
 
 NO_NEXT = GOOD_SUMMARY.split("## Next step")[0]
-OMITS_TEST = GOOD_SUMMARY.replace("still fails: test_parse_iso raises KeyError", "still fails with KeyError")
+OMITS_TEST = GOOD_SUMMARY.replace(
+    "still fails: test_parse_iso raises KeyError", "still fails with KeyError"
+)
 CONTRADICTS = NO_NEXT + "## Next step\nNothing left: submit.\n"
 
 
@@ -29,7 +31,9 @@ def test_a_complete_summary_has_no_omission_and_a_concrete_next_step():
 def test_each_known_defect_is_measured():
     assert audited(OMITS_TEST)["omitted"] == [{"kind": "test_name", "value": "test_parse_iso"}]
     assert audited(NO_NEXT)["has_next_step"] is False
-    assert audited(CONTRADICTS)["contradictions"] == ["the state says a problem remains but the next step says to finish"]
+    assert audited(CONTRADICTS)["contradictions"] == [
+        "the state says a problem remains but the next step says to finish"
+    ]
 
 
 def test_aggregate_rates_are_shares_of_summaries():
@@ -46,7 +50,9 @@ def test_aggregate_rates_are_shares_of_summaries():
 def test_a_summary_inserted_by_a_rewrite_is_audited_too():
     story = explored()
     story.compact(NO_NEXT)
-    story.events = [e for e in story.events if getattr(e, "kind", None) != "summary"]  # the harness wrote it
+    story.events = [
+        e for e in story.events if getattr(e, "kind", None) != "summary"
+    ]  # the harness wrote it
     (audit,) = audit_rollout(story.build())
     assert audit.call_index is None and audit.has_next_step is False
 
@@ -64,29 +70,43 @@ def test_seam_judge_and_seam_audit_run_on_rollout_files(tmp_path, capsys):
     assert (agg["summaries"], agg["next_step_omission_rate"]) == (2, 0.5)
 
 
-TRACEBACK = ("tests/test_dates.py F\n____ test_parse_iso ____\n    def parse_date(s):\n>       return FORMATS[s['tz']]\n"
-             "E       KeyError: 'tz'\n\nsrc/dates.py:2: KeyError\n"
-             "FAILED tests/test_dates.py::test_parse_iso - KeyError: 'tz'\n1 failed in 0.1s")
+TRACEBACK = (
+    "tests/test_dates.py F\n____ test_parse_iso ____\n    def parse_date(s):\n>       return FORMATS[s['tz']]\n"
+    "E       KeyError: 'tz'\n\nsrc/dates.py:2: KeyError\n"
+    "FAILED tests/test_dates.py::test_parse_iso - KeyError: 'tz'\n1 failed in 0.1s"
+)
 
 
 def test_a_full_suite_run_failing_on_the_recorded_test_needs_no_quote_of_its_own():
-    story = explored().act(("bash", {"command": "python -m pytest -q"}, TRACEBACK)).compact(GOOD_SUMMARY)
+    story = (
+        explored()
+        .act(("bash", {"command": "python -m pytest -q"}, TRACEBACK))
+        .compact(GOOD_SUMMARY)
+    )
     (audit,) = audit_rollout(story.build())
     assert audit.omitted == []
 
 
 def test_a_file_the_failure_points_at_and_the_agent_opened_is_key_state():
-    story = (Story().act(("read_file", {"path": "src/dates.py"}, "def parse_date(s): ..."))
-             .act(("bash", {"command": "pytest tests/test_dates.py"}, TRACEBACK))
-             .compact("# Auto Context Summary\n`pytest tests/test_dates.py` fails: test_parse_iso, KeyError.\n"
-                      "## Next step\nFind where `parse_date` indexes the dict."))
+    story = (
+        Story()
+        .act(("read_file", {"path": "src/dates.py"}, "def parse_date(s): ..."))
+        .act(("bash", {"command": "pytest tests/test_dates.py"}, TRACEBACK))
+        .compact(
+            "# Auto Context Summary\n`pytest tests/test_dates.py` fails: test_parse_iso, KeyError.\n"
+            "## Next step\nFind where `parse_date` indexes the dict."
+        )
+    )
     (audit,) = audit_rollout(story.build())
     assert audit.omitted == [{"kind": "file_path", "value": "src/dates.py"}]
 
 
 def test_a_heading_or_a_denial_is_not_an_open_problem():
-    summary = (GOOD_SUMMARY.split("## Workspace")[0] + "## Unresolved errors\n- None: the last test run passed.\n"
-               "## Next step\nSubmit the `parse_date` fix.\n")
+    summary = (
+        GOOD_SUMMARY.split("## Workspace")[0]
+        + "## Unresolved errors\n- None: the last test run passed.\n"
+        "## Next step\nSubmit the `parse_date` fix.\n"
+    )
     story = explored().act(("bash", {"command": TEST_CMD}, "4 passed")).compact(summary)
     (audit,) = audit_rollout(story.build())
     assert audit.contradictions == []

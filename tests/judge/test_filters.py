@@ -14,9 +14,12 @@ SUMMARY = "# Auto Context Summary\nsrc/dates.py indexes s['tz'].\n## Next step\n
 
 
 def clean() -> Story:
-    return (Story().act(("read_file", {"path": "src/dates.py"}, "code"))
-            .compact(SUMMARY)
-            .act(("read_file", {"path": "src/dates.py"}, "code")))
+    return (
+        Story()
+        .act(("read_file", {"path": "src/dates.py"}, "code"))
+        .compact(SUMMARY)
+        .act(("read_file", {"path": "src/dates.py"}, "code"))
+    )
 
 
 def reason(story_or_rollout, **options):
@@ -31,10 +34,17 @@ def test_a_clean_rollout_passes_every_filter():
 
 def test_unparsable_tool_arguments_are_a_malformed_request():
     story = clean()
-    story.events.append(MessageEvent(id="bad", role="assistant", tool_calls=[
-        ToolCall(id="x", name="read_file", arguments='{"path": "a.py"')]))
+    story.events.append(
+        MessageEvent(
+            id="bad",
+            role="assistant",
+            tool_calls=[ToolCall(id="x", name="read_file", arguments='{"path": "a.py"')],
+        )
+    )
     assert rollout_filter(story.build(), FilterOptions()) == (
-        "malformed_request", "call 3: arguments of read_file are not a JSON object")
+        "malformed_request",
+        "call 3: arguments of read_file are not a JSON object",
+    )
 
 
 def test_a_tool_the_rollout_does_not_define_is_a_malformed_request():
@@ -43,29 +53,44 @@ def test_a_tool_the_rollout_does_not_define_is_a_malformed_request():
 
 def test_a_rollout_ending_on_an_unanswered_tool_call_is_malformed_but_one_ending_on_submit_is_not():
     story = clean()
-    story.events.append(MessageEvent(id="end", role="assistant", tool_calls=[
-        ToolCall(id="y", name="bash", arguments='{"command": "ls"}')]))
+    story.events.append(
+        MessageEvent(
+            id="end",
+            role="assistant",
+            tool_calls=[ToolCall(id="y", name="bash", arguments='{"command": "ls"}')],
+        )
+    )
     assert rollout_filter(story.build(), FilterOptions())[1] == "call 3: bash never got a result"
-    story.events[-1] = MessageEvent(id="end", role="assistant", tool_calls=[ToolCall(id="y", name="submit", arguments="{}")])
+    story.events[-1] = MessageEvent(
+        id="end", role="assistant", tool_calls=[ToolCall(id="y", name="submit", arguments="{}")]
+    )
     assert reason(story.build()) is None
 
 
 def test_a_compaction_right_after_a_compaction_is_a_summary_loop():
-    assert reason(clean().compact(SUMMARY.replace("Fix", "Repair")).compact(SUMMARY)) == "summary_loop"
+    assert (
+        reason(clean().compact(SUMMARY.replace("Fix", "Repair")).compact(SUMMARY)) == "summary_loop"
+    )
 
 
 def test_near_identical_consecutive_summaries_are_a_summary_loop_and_different_ones_are_not():
     looped = clean().compact(SUMMARY + " ").act(("read_file", {"path": "src/dates.py"}, "code"))
     assert reason(looped) == "summary_loop"
-    other = ("# Auto Context Summary\nEdited src/dates.py; tests/test_dates.py passes now.\n"
-             "## Next step\nRun the full suite with `pytest`, then submit.")
+    other = (
+        "# Auto Context Summary\nEdited src/dates.py; tests/test_dates.py passes now.\n"
+        "## Next step\nRun the full suite with `pytest`, then submit."
+    )
     moved_on = clean().compact(other).act(("bash", {"command": "pytest"}, "9 passed"))
     assert reason(moved_on) is None
 
 
 def test_first_calls_after_compaction_on_unseen_files_are_off_task():
-    story = (Story().act(("read_file", {"path": "src/dates.py"}, "code")).compact(SUMMARY)
-             .act(("read_file", {"path": "vendor/left_pad.js"}, "module.exports = ...")))
+    story = (
+        Story()
+        .act(("read_file", {"path": "src/dates.py"}, "code"))
+        .compact(SUMMARY)
+        .act(("read_file", {"path": "vendor/left_pad.js"}, "module.exports = ..."))
+    )
     assert reason(story) == "off_task"
     assert reason(story, off_task=False) is None
 
@@ -85,7 +110,11 @@ def test_over_length_applies_only_with_a_limit():
 
 @pytest.mark.parametrize("switch", ["malformed", "summary_loops"])
 def test_each_filter_can_be_turned_off(switch):
-    cases = {"malformed": clean().act(("browser", {"url": "x"}, "page")),
-             "summary_loops": clean().compact(SUMMARY.replace("Fix", "Repair")).compact(SUMMARY)}
+    cases = {
+        "malformed": clean().act(("browser", {"url": "x"}, "page")),
+        "summary_loops": clean().compact(SUMMARY.replace("Fix", "Repair")).compact(SUMMARY),
+    }
     assert reason(cases[switch]) is not None
-    assert rollout_filter(cases[switch].build(), replace(FilterOptions(), **{switch: False})) is None
+    assert (
+        rollout_filter(cases[switch].build(), replace(FilterOptions(), **{switch: False})) is None
+    )

@@ -15,17 +15,26 @@ from judge.llm import judge_rollouts
 from tests.judge.rollouts import Story
 
 KEY = "sk-test-secret-123"
-VERDICT = {"verdicts": [
-    {"type": "state", "verdict": "omission", "rationale": "drops the failing test",
-     "evidence": [{"message_id": "t4", "quote": "FAILED"}], "omitted": [{"kind": "test_name", "value": "test_parse_iso"}],
-     "proposal": "# Auto Context Summary\n..."},
-    {"type": "trigger", "verdict": "ok", "rationale": "fine"},
-]}
+VERDICT = {
+    "verdicts": [
+        {
+            "type": "state",
+            "verdict": "omission",
+            "rationale": "drops the failing test",
+            "evidence": [{"message_id": "t4", "quote": "FAILED"}],
+            "omitted": [{"kind": "test_name", "value": "test_parse_iso"}],
+            "proposal": "# Auto Context Summary\n...",
+        },
+        {"type": "trigger", "verdict": "ok", "rationale": "fine"},
+    ]
+}
 
 
 def completion(content: str) -> dict:
-    return {"choices": [{"message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": 1000, "completion_tokens": 50}}
+    return {
+        "choices": [{"message": {"role": "assistant", "content": content}}],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 50},
+    }
 
 
 class ScriptedServer:
@@ -39,7 +48,9 @@ class ScriptedServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                outer.requests.append({"path": self.path, "headers": dict(self.headers), "body": json.loads(body)})
+                outer.requests.append(
+                    {"path": self.path, "headers": dict(self.headers), "body": json.loads(body)}
+                )
                 status, payload, delay, headers = outer.script.pop(0)
                 time.sleep(delay)
                 if payload is None:  # hang up without answering
@@ -61,7 +72,9 @@ class ScriptedServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
 
     def close(self):
         self.httpd.shutdown()
@@ -82,19 +95,43 @@ def serve():
 
 
 def ok(content, delay=0.0, status=200, headers=None):
-    return (status, completion(content) if isinstance(content, str) else content, delay, headers or {})
+    return (
+        status,
+        completion(content) if isinstance(content, str) else content,
+        delay,
+        headers or {},
+    )
 
 
 def rollout():
-    return (Story()
-            .act(("bash", {"command": "pytest tests/test_dates.py"}, "FAILED tests/test_dates.py::test_parse_iso"))
-            .compact("# Auto Context Summary\nWorking on src/dates.py.\n## Next step\nFix `parse_date`.")
-            .build(reward=1.0, resolved=True))
+    return (
+        Story()
+        .act(
+            (
+                "bash",
+                {"command": "pytest tests/test_dates.py"},
+                "FAILED tests/test_dates.py::test_parse_iso",
+            )
+        )
+        .compact(
+            "# Auto Context Summary\nWorking on src/dates.py.\n## Next step\nFix `parse_date`."
+        )
+        .build(reward=1.0, resolved=True)
+    )
 
 
 def client(server, tmp_path, **overrides) -> ChatClient:
-    config = dict(url=server.url, model="judge-1", api_key_env="SEAM_TEST_KEY", timeout_s=2.0, max_retries=2,
-                  backoff_s=0.01, cache_dir=str(tmp_path / "cache"), price_in_per_mtok=1.0, price_out_per_mtok=2.0)
+    config = dict(
+        url=server.url,
+        model="judge-1",
+        api_key_env="SEAM_TEST_KEY",
+        timeout_s=2.0,
+        max_retries=2,
+        backoff_s=0.01,
+        cache_dir=str(tmp_path / "cache"),
+        price_in_per_mtok=1.0,
+        price_out_per_mtok=2.0,
+    )
     return ChatClient(ClientConfig(**{**config, **overrides}))
 
 
@@ -104,33 +141,53 @@ def test_a_valid_answer_becomes_findings_and_is_accounted(serve, tmp_path, monke
     c = client(server, tmp_path)
     findings, failures = judge_rollouts([rollout()], c)
     assert failures == []
-    assert [(f.call_index, f.type, f.verdict, f.judge_model) for f in findings] == [(1, "state", "omission", "judge-1")]
+    assert [(f.call_index, f.type, f.verdict, f.judge_model) for f in findings] == [
+        (1, "state", "omission", "judge-1")
+    ]
     assert findings[0].omitted[0].value == "test_parse_iso" and findings[0].prompt_hash
     request = server.requests[0]
     assert request["path"] == "/v1/chat/completions"
     assert request["headers"]["Authorization"] == f"Bearer {KEY}"
-    assert request["body"]["model"] == "judge-1" and request["body"]["response_format"] == {"type": "json_object"}
-    assert c.usage.as_dict(c.config) == {"requests": 1, "cache_hits": 0, "retries": 0, "failures": 0,
-                                         "prompt_tokens": 1000, "completion_tokens": 50, "cost": 0.0011}
+    assert request["body"]["model"] == "judge-1" and request["body"]["response_format"] == {
+        "type": "json_object"
+    }
+    assert c.usage.as_dict(c.config) == {
+        "requests": 1,
+        "cache_hits": 0,
+        "retries": 0,
+        "failures": 0,
+        "prompt_tokens": 1000,
+        "completion_tokens": 50,
+        "cost": 0.0011,
+    }
 
 
 def test_the_prompt_shows_the_history_up_to_the_step_and_never_the_outcome(serve, tmp_path):
-    story = (Story().act(("read_file", {"path": "src/dates.py"}, "code"))
-             .compact("# Auto Context Summary\nsrc/dates.py.\n## Next step\nFix `parse_date`.")
-             .say("LATER-MARKER: I fixed it"))
+    story = (
+        Story()
+        .act(("read_file", {"path": "src/dates.py"}, "code"))
+        .compact("# Auto Context Summary\nsrc/dates.py.\n## Next step\nFix `parse_date`.")
+        .say("LATER-MARKER: I fixed it")
+    )
     server = serve(ok(json.dumps({"verdicts": []})), ok(json.dumps({"verdicts": []})))
-    judge_rollouts([story.build(reward=1.0, resolved=True)], client(server, tmp_path), concurrency=1)
+    judge_rollouts(
+        [story.build(reward=1.0, resolved=True)], client(server, tmp_path), concurrency=1
+    )
     prompt = json.dumps(server.requests[0]["body"]["messages"])
     assert "src/dates.py" in prompt and "LATER-MARKER" not in prompt
     assert "reward" not in prompt and "resolved" not in prompt
 
 
-def test_malformed_json_from_the_server_is_a_failure_not_a_finding_and_is_not_cached(serve, tmp_path):
+def test_malformed_json_from_the_server_is_a_failure_not_a_finding_and_is_not_cached(
+    serve, tmp_path
+):
     server = serve(ok("the summary looks fine to me {"), ok(json.dumps(VERDICT)))
     findings, failures = judge_rollouts([rollout()], client(server, tmp_path))
     assert findings == [] and len(failures) == 1
     assert failures[0].call_index == 1 and failures[0].reason.startswith("invalid answer: ")
-    findings, failures = judge_rollouts([rollout()], client(server, tmp_path))  # asked again, not served from cache
+    findings, failures = judge_rollouts(
+        [rollout()], client(server, tmp_path)
+    )  # asked again, not served from cache
     assert len(findings) == 1 and failures == [] and len(server.requests) == 2
 
 
@@ -148,8 +205,11 @@ def test_a_verdict_of_the_wrong_type_is_refused(serve, tmp_path):
 
 
 def test_a_500_then_a_429_are_retried_until_success(serve, tmp_path):
-    server = serve(ok({"error": "boom"}, status=500), ok({"error": "slow down"}, status=429, headers={"Retry-After": "0"}),
-                   ok(json.dumps(VERDICT)))
+    server = serve(
+        ok({"error": "boom"}, status=500),
+        ok({"error": "slow down"}, status=429, headers={"Retry-After": "0"}),
+        ok(json.dumps(VERDICT)),
+    )
     c = client(server, tmp_path)
     findings, failures = judge_rollouts([rollout()], c)
     assert failures == [] and len(findings) == 1
@@ -172,7 +232,10 @@ def test_a_server_slower_than_the_timeout_fails_after_the_retries(serve, tmp_pat
     c = client(server, tmp_path, timeout_s=0.2, max_retries=1)
     findings, failures = judge_rollouts([rollout()], c)
     assert findings == []
-    assert failures[0].reason == f"timeout after 0.2s from {server.url}/chat/completions (gave up after 2 attempts)"
+    assert (
+        failures[0].reason
+        == f"timeout after 0.2s from {server.url}/chat/completions (gave up after 2 attempts)"
+    )
     assert KEY not in failures[0].reason and (c.usage.requests, c.usage.failures) == (2, 1)
 
 
@@ -182,7 +245,11 @@ def test_a_rerun_is_answered_from_the_cache_without_a_request(serve, tmp_path):
     c = client(server, tmp_path)
     again, failures = judge_rollouts([rollout()], c)
     assert again == first and failures == []
-    assert len(server.requests) == 1 and (c.usage.requests, c.usage.cache_hits, c.usage.cost(c.config)) == (0, 1, 0.0)
+    assert len(server.requests) == 1 and (
+        c.usage.requests,
+        c.usage.cache_hits,
+        c.usage.cost(c.config),
+    ) == (0, 1, 0.0)
     assert KEY not in "".join(p.read_text() for p in (tmp_path / "cache").rglob("*.json"))
 
 
@@ -190,15 +257,38 @@ def test_seam_judge_llm_writes_findings_errors_and_usage(serve, tmp_path, capsys
     from pipeline.cli import main
 
     path = tmp_path / "in.jsonl"
-    other = (Story("r2").act(("read_file", {"path": "src/other.py"}, "code"))
-             .compact("# Auto Context Summary\nsrc/other.py.\n## Next step\nFix `other`.").build())
+    other = (
+        Story("r2")
+        .act(("read_file", {"path": "src/other.py"}, "code"))
+        .compact("# Auto Context Summary\nsrc/other.py.\n## Next step\nFix `other`.")
+        .build()
+    )
     path.write_text("\n".join(r.model_dump_json() for r in (rollout(), other)))
     server = serve(ok(json.dumps(VERDICT)), ok("not json"))
     out = tmp_path / "findings.jsonl"
-    code = main(["judge", str(path), "--llm", server.url, "--model", "judge-1", "--out", str(out), "--concurrency", "1",
-                 "--cache-dir", str(tmp_path / "cache"), "--retries", "0"])
+    code = main(
+        [
+            "judge",
+            str(path),
+            "--llm",
+            server.url,
+            "--model",
+            "judge-1",
+            "--out",
+            str(out),
+            "--concurrency",
+            "1",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--retries",
+            "0",
+        ]
+    )
     assert code == 0
     assert [json.loads(line)["verdict"] for line in out.read_text().splitlines()] == ["omission"]
-    (error,) = [json.loads(line) for line in (tmp_path / "findings.jsonl.errors.jsonl").read_text().splitlines()]
+    (error,) = [
+        json.loads(line)
+        for line in (tmp_path / "findings.jsonl.errors.jsonl").read_text().splitlines()
+    ]
     assert error["rollout_id"] == "r2" and error["reason"].startswith("invalid answer")
     assert '"requests": 2' in capsys.readouterr().err

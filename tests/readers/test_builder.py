@@ -43,9 +43,14 @@ def test_match_keeps_equal_messages_in_order_and_the_rest_are_new():
     b = RolloutBuilder()
     for text in ("system prompt", "task", "old answer"):
         b.append(msg("user" if text != "old answer" else "assistant", text))
-    items = b.match([msg("user", "system prompt"), msg("user", "summary"), msg("assistant", "old answer")])
-    assert [(type(i).__name__, getattr(i, "id", None)) for i in items] == [("Keep", "m0"), ("Msg", None),
-                                                                        ("Keep", "m2")]
+    items = b.match(
+        [msg("user", "system prompt"), msg("user", "summary"), msg("assistant", "old answer")]
+    )
+    assert [(type(i).__name__, getattr(i, "id", None)) for i in items] == [
+        ("Keep", "m0"),
+        ("Msg", None),
+        ("Keep", "m2"),
+    ]
     rewrite = b.rewrite("compaction", "budget", items)
-    assert [getattr(c, "id") for c in rewrite.context] == ["m0", "m3", "m2"]
+    assert [c.id for c in rewrite.context] == ["m0", "m3", "m2"]
     assert isinstance(rewrite.context[0], Keep) and b.live == ["m0", "m3", "m2"]

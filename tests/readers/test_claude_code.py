@@ -12,12 +12,24 @@ SESSION = "5b1d6c2e-0000-4000-8000-00000000c0de"
 
 def _validator_accepts_replaced_tool_results() -> bool:
     """Microcompaction needs a rewrite context to replace an already answered tool result."""
-    events = [MessageEvent(id="u", role="user", content="x"),
-              MessageEvent(id="a", role="assistant", tool_calls=[{"id": "c", "name": "f", "arguments": "{}"}]),
-              MessageEvent(id="t", role="tool", tool_call_id="c", content="long"),
-              RewriteEvent(id="r", reason="compaction", trigger="budget",
-                           context=[Keep(id="u"), Keep(id="a"), MessageEvent(id="t2", role="tool", tool_call_id="c")]),
-              MessageEvent(id="b", role="assistant", content="done")]
+    events = [
+        MessageEvent(id="u", role="user", content="x"),
+        MessageEvent(
+            id="a", role="assistant", tool_calls=[{"id": "c", "name": "f", "arguments": "{}"}]
+        ),
+        MessageEvent(id="t", role="tool", tool_call_id="c", content="long"),
+        RewriteEvent(
+            id="r",
+            reason="compaction",
+            trigger="budget",
+            context=[
+                Keep(id="u"),
+                Keep(id="a"),
+                MessageEvent(id="t2", role="tool", tool_call_id="c"),
+            ],
+        ),
+        MessageEvent(id="b", role="assistant", content="done"),
+    ]
     try:
         Rollout(rollout_id="x", task_id="x", source="test", events=events)
     except ValueError:
@@ -65,21 +77,42 @@ def test_auto_compact_boundary_and_summary_become_one_budget_compaction_to_the_s
 
 def test_manual_compact_is_a_manual_trigger_and_its_command_records_are_context_not_calls():
     rollout = only("claude-code", fixture("claude_code", "compact_manual.jsonl"))
-    assert shape(rollout)[2] == ("rewrite", "compaction", "manual", [
-        ("user", "s1", "This session is being continued from a previous conversation. Summary: utils.py refactored.")])
+    assert shape(rollout)[2] == (
+        "rewrite",
+        "compaction",
+        "manual",
+        [
+            (
+                "user",
+                "s1",
+                "This session is being continued from a previous conversation. Summary: utils.py refactored.",
+            )
+        ],
+    )
     assert [c.id for c in rollout.calls()] == ["msg_A", "msg_B"]
     caveat = next(e for e in rollout.events if e.id == "c1")
     assert caveat.role == "user" and caveat.meta == {"is_meta": True}
 
 
-@pytest.mark.xfail(not _validator_accepts_replaced_tool_results(), strict=True,
-                   reason="schemas/rollout.py rejects a rewrite context that replaces an answered tool result")
+@pytest.mark.xfail(
+    not _validator_accepts_replaced_tool_results(),
+    strict=True,
+    reason="schemas/rollout.py rejects a rewrite context that replaces an answered tool result",
+)
 def test_microcompaction_rewrites_in_place_with_the_cleared_results_replaced():
     rollout = only("claude-code", fixture("claude_code", "microcompact.jsonl"))
-    assert shape(rollout)[5] == ("rewrite", "compaction", "budget", [
-        ("keep", "u1"), ("keep", "msg_A"),
-        ("tool", "r1:toolu_big~cleared", "[Old tool result content cleared]", "toolu_big"),
-        ("keep", "msg_B"), ("keep", "r2:toolu_small")])
+    assert shape(rollout)[5] == (
+        "rewrite",
+        "compaction",
+        "budget",
+        [
+            ("keep", "u1"),
+            ("keep", "msg_A"),
+            ("tool", "r1:toolu_big~cleared", "[Old tool result content cleared]", "toolu_big"),
+            ("keep", "msg_B"),
+            ("keep", "r2:toolu_small"),
+        ],
+    )
     assert rollout.events[5].meta["kind"] == "microcompact"
 
 
@@ -101,27 +134,33 @@ def test_sidechain_is_its_own_rollout_linked_to_the_session():
 
 
 def test_slice_with_missing_first_parent_reads_and_skips_the_orphan_result():
-    rollouts, rejected, skipped = read("claude-code", fixture("claude_code", "sliced_missing_parent.jsonl"))
+    rollouts, rejected, skipped = read(
+        "claude-code", fixture("claude_code", "sliced_missing_parent.jsonl")
+    )
     assert not rejected and len(rollouts) == 1
     assert [(s.line, s.reason.split(" ")[0]) for s in skipped] == [(1, "tool_result")]
     assert [m[0] for m in shape(rollouts[0])] == ["assistant", "user", "assistant"]
 
 
 def test_records_that_are_not_model_calls_are_skipped_with_their_reason():
-    rollouts, rejected, skipped = read("claude-code", fixture("claude_code", "non_call_records.jsonl"))
+    rollouts, rejected, skipped = read(
+        "claude-code", fixture("claude_code", "non_call_records.jsonl")
+    )
     assert not rejected
     assert [c.content for c in rollouts[0].calls()] == ["Fixed the login bug."]
     reasons = Counter(s.reason for s in skipped)
-    assert reasons == Counter({
-        "session title record (for resume; not a compaction)": 1,
-        "file-history-snapshot record (undo bookkeeping)": 1,
-        "system/api_error record: not sent to the model": 1,
-        "API error message (written by Claude Code, not a model call)": 1,
-        "synthetic assistant record (written by Claude Code, not a model call)": 1,
-        "'queue-operation' record: not a model message": 1,
-        "'attachment' record: not a model message": 1,
-        "'last-prompt' record: not a model message": 1,
-    })
+    assert reasons == Counter(
+        {
+            "session title record (for resume; not a compaction)": 1,
+            "file-history-snapshot record (undo bookkeeping)": 1,
+            "system/api_error record: not sent to the model": 1,
+            "API error message (written by Claude Code, not a model call)": 1,
+            "synthetic assistant record (written by Claude Code, not a model call)": 1,
+            "'queue-operation' record: not a model message": 1,
+            "'attachment' record: not a model message": 1,
+            "'last-prompt' record: not a model message": 1,
+        }
+    )
 
 
 def test_unanswered_tool_call_gets_a_flagged_placeholder_result(tmp_path):
@@ -129,7 +168,9 @@ def test_unanswered_tool_call_gets_a_flagged_placeholder_result(tmp_path):
     path = tmp_path / "s.jsonl"
     path.write_text("\n".join(line for line in lines if '"uuid":"r2"' not in line) + "\n")
     rollout = only("claude-code", path)
-    placeholder = next(e for e in rollout.events if e.type == "message" and e.tool_call_id == "toolu_cat")
+    placeholder = next(
+        e for e in rollout.events if e.type == "message" and e.tool_call_id == "toolu_cat"
+    )
     assert placeholder.meta["synthesized"] and rollout.meta["synthesized_tool_results"] == 1
 
 
@@ -140,9 +181,19 @@ def test_a_bad_line_is_rejected_and_the_rest_still_reads(tmp_path):
     assert len(rollouts) == 1 and [r.line for r in rejected] == [8]
 
 
-@pytest.mark.parametrize("name", ["split_call_parallel_tools.jsonl", "compact_auto.jsonl", "compact_manual.jsonl",
-                                  "microcompact.jsonl", "sidechain.jsonl", "sliced_missing_parent.jsonl",
-                                  "non_call_records.jsonl", f"{SESSION}.jsonl"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "split_call_parallel_tools.jsonl",
+        "compact_auto.jsonl",
+        "compact_manual.jsonl",
+        "microcompact.jsonl",
+        "sidechain.jsonl",
+        "sliced_missing_parent.jsonl",
+        "non_call_records.jsonl",
+        f"{SESSION}.jsonl",
+    ],
+)
 def test_every_line_is_accounted_for(name):
     path = fixture("claude_code", name)
     assert accounted(path, "claude-code") == nonblank_lines(path)
@@ -151,8 +202,15 @@ def test_every_line_is_accounted_for(name):
 def test_resumed_session_copies_are_context_not_calls():
     rollout = only("claude-code", fixture("claude_code", f"{SESSION}.jsonl"))
     assert shape(rollout) == [
-        ("rewrite", "edit", "manual", [("user", "o1", "Set up the project."),
-                                       ("assistant", "msg_OLD", "Project set up.", [])]),
+        (
+            "rewrite",
+            "edit",
+            "manual",
+            [
+                ("user", "o1", "Set up the project."),
+                ("assistant", "msg_OLD", "Project set up.", []),
+            ],
+        ),
         ("user", "u1", "Now add CI."),
         ("assistant", "msg_NEW", "Added CI.", []),
     ]

@@ -8,7 +8,9 @@ from pipeline.readers import REGISTRY
 from pipeline.readers.detect import FormatError, detect_format
 from tests.readers.util import FIXTURES
 
-SIDECARS = {"result.json"}  # a Harbor trial's outcome, read next to its trajectory, not a rollout file
+SIDECARS = {
+    "result.json"
+}  # a Harbor trial's outcome, read next to its trajectory, not a rollout file
 FIXTURE_FILES = sorted(p for p in FIXTURES.rglob("*") if p.is_file() and p.name not in SIDECARS)
 
 

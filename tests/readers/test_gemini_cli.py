@@ -24,12 +24,23 @@ def test_jsonl_log_replays_upserts_rewind_and_compression_in_order():
         ("assistant", "g2", "There is a.txt.", []),
         ("user", "u2", "Delete it."),
         ("assistant", "g3", "Deleting.", []),
-        ("rewrite", "edit", "manual", [("keep", "u1"), ("keep", "g1"), ("keep", "g1:ls-1"), ("keep", "g2")]),
+        (
+            "rewrite",
+            "edit",
+            "manual",
+            [("keep", "u1"), ("keep", "g1"), ("keep", "g1:ls-1"), ("keep", "g2")],
+        ),
         ("user", "u3", "Rename it instead."),
-        ("rewrite", "compaction", "budget", [
-            ("user", "s1", "<state_snapshot>files: a.txt</state_snapshot>"),
-            ("assistant", "s2", "Got it. Thanks for the additional context!", []),
-            ("keep", "u3")]),
+        (
+            "rewrite",
+            "compaction",
+            "budget",
+            [
+                ("user", "s1", "<state_snapshot>files: a.txt</state_snapshot>"),
+                ("assistant", "s2", "Got it. Thanks for the additional context!", []),
+                ("keep", "u3"),
+            ],
+        ),
         ("assistant", "g4", "Renamed a.txt to b.txt.", []),
     ]
 

@@ -37,7 +37,9 @@ def test_a_directory_of_mixed_formats_ingests_with_every_line_accounted_for(tmp_
 
 def test_rewards_file_is_joined_and_reported(tmp_path):
     rewards = tmp_path / "rewards.jsonl"
-    rewards.write_text('{"session_id": "019c8a70-0000-7000-8000-00000000c0de", "reward": 1, "task_id": "tests"}\n')
+    rewards.write_text(
+        '{"session_id": "019c8a70-0000-7000-8000-00000000c0de", "reward": 1, "task_id": "tests"}\n'
+    )
     out = tmp_path / "out"
     assert ingest(fixture("codex", "rollback.jsonl"), "--out", out, "--rewards", rewards) == 0
     (rollout,) = rollouts_in(out)
@@ -83,10 +85,13 @@ def test_an_unrecognised_file_found_in_a_directory_is_quarantined(tmp_path):
     assert len(rollouts_in(out)) == 1
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--format", "nope"], "unknown --format 'nope'"),
-    (["--rewards", "/does/not/exist.csv"], "rewards file"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--format", "nope"], "unknown --format 'nope'"),
+        (["--rewards", "/does/not/exist.csv"], "rewards file"),
+    ],
+)
 def test_bad_options_fail_with_one_line(tmp_path, capsys, args, message):
     assert ingest(fixture("codex", "rollback.jsonl"), "--out", tmp_path / "out", *args) == 2
     assert message in capsys.readouterr().err
@@ -113,15 +118,43 @@ def test_build_rl_cuts_ingested_rollouts_at_the_rewrites_the_readers_found(tmp_p
     import pyarrow.parquet as pq
 
     rewards = tmp_path / "rewards.jsonl"
-    rewards.write_text('{"session_id": "5b1d6c2e-0000-4000-8000-00000000c0de", "reward": 1}\n'
-                       '{"session_id": "019c8a70-0000-7000-8000-00000000c0de", "reward": 0}\n')
+    rewards.write_text(
+        '{"session_id": "5b1d6c2e-0000-4000-8000-00000000c0de", "reward": 1}\n'
+        '{"session_id": "019c8a70-0000-7000-8000-00000000c0de", "reward": 0}\n'
+    )
     ingested, built = tmp_path / "ingested", tmp_path / "built"
-    assert ingest(fixture("claude_code", "compact_auto.jsonl"), fixture("codex", "rollback.jsonl"),
-                  "--out", ingested, "--rewards", rewards) == 0
-    assert main(["build-rl", str(ingested / "rollouts.parquet"), "--out", str(built), "--workers", "1",
-                 "--no-progress"]) == 0
-    rows = pq.read_table(sorted(built.glob("*.parquet"))[0], columns=["source", "segment_index", "seam_kind",
-                                                                      "num_calls"]).to_pylist()
+    assert (
+        ingest(
+            fixture("claude_code", "compact_auto.jsonl"),
+            fixture("codex", "rollback.jsonl"),
+            "--out",
+            ingested,
+            "--rewards",
+            rewards,
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "build-rl",
+                str(ingested / "rollouts.parquet"),
+                "--out",
+                str(built),
+                "--workers",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    rows = pq.read_table(
+        sorted(built.glob("*.parquet"))[0],
+        columns=["source", "segment_index", "seam_kind", "num_calls"],
+    ).to_pylist()
     assert [(r["source"], r["segment_index"], r["seam_kind"], r["num_calls"]) for r in rows] == [
-        ("claude-code", 0, "none", 2), ("claude-code", 1, "compaction", 1),
-        ("codex", 0, "none", 2), ("codex", 1, "edit", 1)]
+        ("claude-code", 0, "none", 2),
+        ("claude-code", 1, "compaction", 1),
+        ("codex", 0, "none", 2),
+        ("codex", 1, "edit", 1),
+    ]

@@ -4,24 +4,46 @@ from tests.readers.util import fixture, read, shape
 
 
 def test_one_conversation_per_line_with_tools_reward_and_task():
-    rollouts, rejected, _ = read("openai-messages", fixture("openai_messages", "conversations.jsonl"))
+    rollouts, rejected, _ = read(
+        "openai-messages", fixture("openai_messages", "conversations.jsonl")
+    )
     first, second = rollouts
-    assert shape(first) == [("system", "L1.0", "You are helpful."), ("user", "L1.1", "ls"),
-                            ("assistant", "L1.2", "", ["t1"]), ("tool", "L1.3", "a.txt", "t1"),
-                            ("assistant", "L1.4", "There is a.txt.", [])]
-    assert (first.rollout_id, first.task_id, first.reward, first.model) == ("conv-1", "task-a", 1.0, "qwen3-8b")
+    assert shape(first) == [
+        ("system", "L1.0", "You are helpful."),
+        ("user", "L1.1", "ls"),
+        ("assistant", "L1.2", "", ["t1"]),
+        ("tool", "L1.3", "a.txt", "t1"),
+        ("assistant", "L1.4", "There is a.txt.", []),
+    ]
+    assert (first.rollout_id, first.task_id, first.reward, first.model) == (
+        "conv-1",
+        "task-a",
+        1.0,
+        "qwen3-8b",
+    )
     assert first.calls()[0].reasoning == "Run ls." and first.tools[0]["function"]["name"] == "bash"
     assert second.rollout_id == second.task_id and len(second.rollout_id) == 16
-    assert [(r.line, r.reason) for r in rejected] == [(3, "tool message L3.1 answers no earlier tool call")]
+    assert [(r.line, r.reason) for r in rejected] == [
+        (3, "tool message L3.1 answers no earlier tool call")
+    ]
 
 
 def test_calls_are_grouped_by_session_and_a_request_that_is_not_an_extension_is_a_rewrite():
-    rollouts, rejected, _ = read("chat-completions", fixture("chat_completions", "gateway_log.jsonl"))
+    rollouts, rejected, _ = read(
+        "chat-completions", fixture("chat_completions", "gateway_log.jsonl")
+    )
     assert not rejected
     session, other = rollouts
     assert (session.rollout_id, other.rollout_id) == ("sess-1", "sess-2")
-    assert shape(session)[7] == ("rewrite", "compaction", "budget", [
-        ("keep", "L1.0"), ("user", "L5.1", "Fix the bug.\n\nPrevious work:\nSummary: the bug is in parse().")])
+    assert shape(session)[7] == (
+        "rewrite",
+        "compaction",
+        "budget",
+        [
+            ("keep", "L1.0"),
+            ("user", "L5.1", "Fix the bug.\n\nPrevious work:\nSummary: the bug is in parse()."),
+        ],
+    )
     assert [m[1] for m in shape(session) if m[0] == "user"] == ["L1.1", "L3.3", "L4.5"]
 
 
@@ -37,7 +59,10 @@ def test_logged_token_ids_and_logprobs_are_kept():
 
 
 def test_group_by_option_names_the_grouping_field():
-    rollouts, _, _ = read("chat-completions", fixture("chat_completions", "gateway_log.jsonl"),
-                          group_by="request.model")
+    rollouts, _, _ = read(
+        "chat-completions",
+        fixture("chat_completions", "gateway_log.jsonl"),
+        group_by="request.model",
+    )
     assert [r.rollout_id for r in rollouts] == ["qwen3-8b"]
     assert sum(e.type == "rewrite" for e in rollouts[0].events) >= 1

@@ -12,8 +12,14 @@ from tests.readers.util import accounted, nonblank_lines, read
 ROOT = Path(os.environ["SEAM_REALWORLD_DIR"]) if os.environ.get("SEAM_REALWORLD_DIR") else None
 if ROOT is not None and not ROOT.is_dir():
     ROOT = None
-pytestmark = pytest.mark.skipif(ROOT is None, reason="SEAM_REALWORLD_DIR is not set or is not a directory")
-FILES = sorted(p for p in ROOT.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".traj")) if ROOT else []
+pytestmark = pytest.mark.skipif(
+    ROOT is None, reason="SEAM_REALWORLD_DIR is not set or is not a directory"
+)
+FILES = (
+    sorted(p for p in ROOT.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".traj"))
+    if ROOT
+    else []
+)
 
 
 def fmt_of(path: Path) -> str:
@@ -39,7 +45,9 @@ def test_claude_code_slice_has_exactly_one_compaction():
     (rollout,) = read("claude-code", path)[0]
     (rewrite,) = rewrites([rollout])
     assert (rewrite.trigger, rewrite.meta["pre_tokens"]) == ("budget", 155250)
-    assert rewrite.context[0].content.startswith("This session is being continued from a previous conversation")
+    assert rewrite.context[0].content.startswith(
+        "This session is being continued from a previous conversation"
+    )
     assert len(rollout.calls()) == 12
 
 

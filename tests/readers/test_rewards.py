@@ -8,12 +8,15 @@ from tests.readers.util import fixture, read
 
 def test_csv_rows_join_by_session_id_and_set_reward_task_and_resolved(tmp_path):
     path = tmp_path / "rewards.csv"
-    path.write_text("session_id,reward,task_id,resolved\n5b1d6c2e-0000-4000-8000-00000000c0de,1,login-bug,true\n")
+    path.write_text(
+        "session_id,reward,task_id,resolved\n5b1d6c2e-0000-4000-8000-00000000c0de,1,login-bug,true\n"
+    )
     table = load_rewards(path)
     rollouts, _, _ = read("claude-code", fixture("claude_code", "sidechain.jsonl"))
     joined = [apply_rewards(r, table) for r in rollouts]
     assert [(r.reward, r.task_id, r.resolved, key) for r, key in joined] == [
-        (1.0, "login-bug", True, "5b1d6c2e-0000-4000-8000-00000000c0de")] * 2
+        (1.0, "login-bug", True, "5b1d6c2e-0000-4000-8000-00000000c0de")
+    ] * 2
 
 
 def test_jsonl_rows_join_by_rollout_id_first(tmp_path):
@@ -21,14 +24,23 @@ def test_jsonl_rows_join_by_rollout_id_first(tmp_path):
     path.write_text('{"rollout_id": "019c8a70-0000-7000-8000-00000000f0f0", "reward": 0.25}\n')
     rollouts, _, _ = read("codex", fixture("codex", "two_sessions.jsonl"))
     joined = [apply_rewards(r, load_rewards(path)) for r in rollouts]
-    assert [(r.reward, key) for r, key in joined] == [(None, None), (0.25, "019c8a70-0000-7000-8000-00000000f0f0")]
+    assert [(r.reward, key) for r, key in joined] == [
+        (None, None),
+        (0.25, "019c8a70-0000-7000-8000-00000000f0f0"),
+    ]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("rollout_id,reward\nr1,high\n", r"rewards.csv:2: reward 'high' is not a number"),
-    ("name,reward\nr1,1\n", r"rewards.csv:2: no rollout_id / session_id / id column"),
-    ("rollout_id,reward,resolved\nr1,1,maybe\n", r"rewards.csv:2: resolved 'maybe' is not true/false"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("rollout_id,reward\nr1,high\n", r"rewards.csv:2: reward 'high' is not a number"),
+        ("name,reward\nr1,1\n", r"rewards.csv:2: no rollout_id / session_id / id column"),
+        (
+            "rollout_id,reward,resolved\nr1,1,maybe\n",
+            r"rewards.csv:2: resolved 'maybe' is not true/false",
+        ),
+    ],
+)
 def test_a_malformed_rewards_file_fails_naming_the_line(tmp_path, text, message):
     path = tmp_path / "rewards.csv"
     path.write_text(text)

@@ -16,7 +16,10 @@ FIXTURE_FILES = sorted(p for p in FIXTURES.rglob("*") if p.is_file() and p.name 
 
 def scramble(value, rng: random.Random, rate: float):
     if isinstance(value, dict):
-        return {k: rng.choice(WRONG) if rng.random() < rate else scramble(v, rng, rate) for k, v in value.items()}
+        return {
+            k: rng.choice(WRONG) if rng.random() < rate else scramble(v, rng, rate)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [rng.choice(WRONG) if rng.random() < rate else scramble(v, rng, rate) for v in value]
     return value

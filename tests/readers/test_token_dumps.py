@@ -10,7 +10,11 @@ def test_slime_multi_turn_sample_splits_at_masked_out_tool_tokens():
     assert not rejected
     sample = rollouts[0]
     first, second = sample.calls()
-    assert (first.prompt_ids, first.output_ids, first.logprobs) == ([1, 2, 3], [10, 11], [-0.1, -0.2])
+    assert (first.prompt_ids, first.output_ids, first.logprobs) == (
+        [1, 2, 3],
+        [10, 11],
+        [-0.1, -0.2],
+    )
     assert (second.prompt_ids, second.output_ids) == ([1, 2, 3, 10, 11, 50, 51, 52], [12, 13])
     assert sample.events[2].meta["token_ids"] == [50, 51, 52]
     assert (sample.reward, sample.task_id) == (1.0, "count-files")
@@ -22,7 +26,9 @@ def test_slime_siblings_sharing_a_rollout_id_are_one_rollout_with_a_compaction_b
     assert (traj.rollout_id, traj.reward, traj.meta["samples"]) == ("traj-9", 1.0, 2)
     assert [e[0] for e in shape(traj)] == ["user", "assistant", "rewrite", "assistant"]
     assert traj.events[2].reason == "compaction"
-    assert traj.calls()[1].prompt_ids == [1, 2, 90, 91] and traj.calls()[1].finish_reason == "length"
+    assert (
+        traj.calls()[1].prompt_ids == [1, 2, 90, 91] and traj.calls()[1].finish_reason == "length"
+    )
 
 
 def test_verl_agent_loop_output_masks_and_reward():
@@ -30,7 +36,11 @@ def test_verl_agent_loop_output_masks_and_reward():
     calls = rollouts[0].calls()
     assert [c.output_ids for c in calls] == [[30, 31], [32]]
     assert calls[1].prompt_ids == [1, 2, 3, 30, 31, 40, 41]
-    assert (rollouts[0].rollout_id, rollouts[0].task_id, rollouts[0].reward) == ("req-1", "task-7", 0.5)
+    assert (rollouts[0].rollout_id, rollouts[0].task_id, rollouts[0].reward) == (
+        "req-1",
+        "task-7",
+        0.5,
+    )
 
 
 def test_skyrl_batch_rows_of_one_trajectory_are_reassembled_step_by_step():
@@ -52,7 +62,9 @@ def test_slime_pt_dump_is_loaded_without_running_code(tmp_path):
     torch = pytest.importorskip("torch")
     import json
 
-    samples = [json.loads(line) for line in fixture("slime", "samples.jsonl").read_text().splitlines()]
+    samples = [
+        json.loads(line) for line in fixture("slime", "samples.jsonl").read_text().splitlines()
+    ]
     for s in samples:
         s["tokens"] = torch.tensor(s["tokens"])
     path = tmp_path / "rollout_0.pt"

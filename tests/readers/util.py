@@ -16,8 +16,11 @@ def fixture(*parts: str) -> Path:
 
 def read(fmt: str, path: Path, **options) -> tuple[list[Rollout], list[Rejected], list[Skipped]]:
     items = list(REGISTRY[fmt].configure(**options).read(path))
-    return ([i.rollout for i in items if isinstance(i, Accepted)], [i for i in items if isinstance(i, Rejected)],
-            [i for i in items if isinstance(i, Skipped)])
+    return (
+        [i.rollout for i in items if isinstance(i, Accepted)],
+        [i for i in items if isinstance(i, Rejected)],
+        [i for i in items if isinstance(i, Skipped)],
+    )
 
 
 def only(fmt: str, path: Path, **options) -> Rollout:

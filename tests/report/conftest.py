@@ -16,35 +16,56 @@ from tests.strategies import log_token_ids
 
 FAIL = "FAILED tests/test_dates.py::test_parse_iso - KeyError: 'tz'"
 SUMMARY = "# Auto Context Summary\nsrc/dates.py fails test_parse_iso.\n## Next step\nFix parse_date in src/dates.py."
-SECOND_SUMMARY = ("# Auto Context Summary\nparse_date in src/dates.py edited to use s.get('tz'); tests not rerun yet.\n"
-                  "## Next step\nRun pytest tests/test_dates.py.")
+SECOND_SUMMARY = (
+    "# Auto Context Summary\nparse_date in src/dates.py edited to use s.get('tz'); tests not rerun yet.\n"
+    "## Next step\nRun pytest tests/test_dates.py."
+)
 BROKEN_LINES = ['{"rollout_id": "cut", "task_id"', "[1, 2, 3]", '{"rollout_id": "bad", "task_id"']
 
 
 def no_compaction(rollout_id: str):
     """2 calls: one with two tool calls, then a reply."""
-    return (Story(rollout_id).act(("read_file", {"path": "src/dates.py"}, "def parse_date(s): ..."),
-                                  ("grep", {"pattern": "tz"}, "src/dates.py:1"))
-            .say("The bug is in parse_date."))
+    return (
+        Story(rollout_id)
+        .act(
+            ("read_file", {"path": "src/dates.py"}, "def parse_date(s): ..."),
+            ("grep", {"pattern": "tz"}, "src/dates.py:1"),
+        )
+        .say("The bug is in parse_date.")
+    )
 
 
 def one_compaction(rollout_id: str):
     """4 calls: tool call, summary, tool call, reply (2 segments)."""
-    return (Story(rollout_id).act(("bash", {"command": "pytest"}, FAIL)).compact(SUMMARY)
-            .act(("edit_file", {"path": "src/dates.py"}, "edited")).say("Fixed."))
+    return (
+        Story(rollout_id)
+        .act(("bash", {"command": "pytest"}, FAIL))
+        .compact(SUMMARY)
+        .act(("edit_file", {"path": "src/dates.py"}, "edited"))
+        .say("Fixed.")
+    )
 
 
 def two_compactions(rollout_id: str):
     """5 calls, 3 segments."""
-    return (Story(rollout_id).act(("bash", {"command": "pytest"}, FAIL)).compact(SUMMARY)
-            .act(("read_file", {"path": "src/dates.py"}, "x")).compact(SECOND_SUMMARY, trigger="budget").say("Done."))
+    return (
+        Story(rollout_id)
+        .act(("bash", {"command": "pytest"}, FAIL))
+        .compact(SUMMARY)
+        .act(("read_file", {"path": "src/dates.py"}, "x"))
+        .compact(SECOND_SUMMARY, trigger="budget")
+        .say("Done.")
+    )
 
 
 # (rollout id, task, story, reward): task-a has rollouts with 0, 1 and 2 compactions.
 ROLLOUTS = [
-    ("a0", "task-a", no_compaction, 1.0), ("a1", "task-a", one_compaction, 1.0),
-    ("a2", "task-a", two_compactions, 0.0), ("a3", "task-a", one_compaction, 0.0),
-    ("b0", "task-b", two_compactions, 1.0), ("b1", "task-b", no_compaction, 0.0),
+    ("a0", "task-a", no_compaction, 1.0),
+    ("a1", "task-a", one_compaction, 1.0),
+    ("a2", "task-a", two_compactions, 0.0),
+    ("a3", "task-a", one_compaction, 0.0),
+    ("b0", "task-b", two_compactions, 1.0),
+    ("b1", "task-b", no_compaction, 0.0),
 ]
 
 
@@ -64,7 +85,15 @@ def rl_build(tmp_path_factory, renderer):
     lines[2:2] = BROKEN_LINES
     (tmp / "in.jsonl").write_text("\n".join(lines) + "\n")
     out = tmp / "out"
-    run_build(BuildConfig(inputs=[str(tmp / "in.jsonl")], out=str(out), workers=1, progress=False, rows_per_shard=7))
+    run_build(
+        BuildConfig(
+            inputs=[str(tmp / "in.jsonl")],
+            out=str(out),
+            workers=1,
+            progress=False,
+            rows_per_shard=7,
+        )
+    )
     return out
 
 
@@ -75,16 +104,42 @@ def sft_build(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sft")
     good = one_compaction("good").build(reward=1.0, resolved=True)
     summary_call = next(i for i, c in enumerate(good.calls()) if c.kind == "summary")
-    correction = Correction(rollout_id="good", call_index=summary_call, type="state", verdict="omission",
-                            original="# Auto Context Summary\nWorking on dates.",
-                            replacement=executed_output_text(good.calls()[summary_call]), rationale="dropped the test")
+    correction = Correction(
+        rollout_id="good",
+        call_index=summary_call,
+        type="state",
+        verdict="omission",
+        original="# Auto Context Summary\nWorking on dates.",
+        replacement=executed_output_text(good.calls()[summary_call]),
+        rationale="dropped the test",
+    )
     good = good.model_copy(update={"corrections": [correction]})
-    plain = two_compactions("plain").build(reward=0.0, resolved=False).model_copy(update={"task_id": "t2"})
-    loop = Story("loop").act(("bash", {"command": "pytest"}, FAIL)).compact(SUMMARY).compact(SUMMARY).build(reward=0.0)
-    (tmp / "in.jsonl").write_text("\n".join(r.model_dump_json(exclude_none=True) for r in (good, plain, loop)) + "\n")
+    plain = (
+        two_compactions("plain")
+        .build(reward=0.0, resolved=False)
+        .model_copy(update={"task_id": "t2"})
+    )
+    loop = (
+        Story("loop")
+        .act(("bash", {"command": "pytest"}, FAIL))
+        .compact(SUMMARY)
+        .compact(SUMMARY)
+        .build(reward=0.0)
+    )
+    (tmp / "in.jsonl").write_text(
+        "\n".join(r.model_dump_json(exclude_none=True) for r in (good, plain, loop)) + "\n"
+    )
     out = tmp / "out"
-    run_build(BuildConfig(inputs=[str(tmp / "in.jsonl")], out=str(out), kind="sft", workers=1, progress=False,
-                          stage=SftStage()))
+    run_build(
+        BuildConfig(
+            inputs=[str(tmp / "in.jsonl")],
+            out=str(out),
+            kind="sft",
+            workers=1,
+            progress=False,
+            stage=SftStage(),
+        )
+    )
     return out
 
 
@@ -92,4 +147,6 @@ def shard_rows(build_dir) -> list[dict]:
     import pyarrow.parquet as pq
 
     manifest = json.loads((build_dir / "manifest.json").read_text())
-    return [row for name in manifest["shards"] for row in pq.read_table(build_dir / name).to_pylist()]
+    return [
+        row for name in manifest["shards"] for row in pq.read_table(build_dir / name).to_pylist()
+    ]

@@ -33,7 +33,9 @@ def test_load_dataset_parquet_restores_the_exact_features(build_and_fields, tmp_
     # datasets' default split patterns match train-* files in subdirectories too: SFT
     # preference pairs are named pairs/pairs-*.parquet so they never mix with segments.
     build, extra = build_and_fields
-    ds = datasets.load_dataset("parquet", data_dir=str(build), split="train", cache_dir=str(tmp_path))
+    ds = datasets.load_dataset(
+        "parquet", data_dir=str(build), split="train", cache_dir=str(tmp_path)
+    )
     assert ds.features == expected_features(extra)
     assert ds.features["loss_mask"].feature.dtype == "int8"
     assert ds.features["reward"].dtype == "float32"
@@ -48,9 +50,19 @@ def test_load_dataset_on_the_directory_reads_the_card(build_and_fields, tmp_path
 
 def test_card_documents_config_counts_seam_kinds_columns_and_commands(rl_build):
     text = (rl_build / "README.md").read_text()
-    for needle in ('"rows_per_shard": 7', "| accepted | 6 |", "| quarantined | 3 |", "`compaction`",
-                   "| `loss_mask` |", "| `call_spans` |", "seam stats", "seam sql", "seam report", "seam export",
-                   'load_dataset("parquet"'):
+    for needle in (
+        '"rows_per_shard": 7',
+        "| accepted | 6 |",
+        "| quarantined | 3 |",
+        "`compaction`",
+        "| `loss_mask` |",
+        "| `call_spans` |",
+        "seam stats",
+        "seam sql",
+        "seam report",
+        "seam export",
+        'load_dataset("parquet"',
+    ):
         assert needle in text, needle
     columns = [line for line in text.splitlines() if line.startswith("| `")]
     assert all(line.count(" | ") == 2 for line in columns), "a column doc breaks the Markdown table"
@@ -59,6 +71,8 @@ def test_card_documents_config_counts_seam_kinds_columns_and_commands(rl_build):
 def test_feature_yaml_spells_nested_types_as_datasets_does():
     nested = pa.list_(pa.list_(pa.struct([("a", pa.int8())])))
     assert feature_yaml(nested) == {"list": {"list": [{"name": "a", "dtype": "int8"}]}}
-    assert feature_yaml(pa.struct([("x", pa.list_(pa.float32()))])) == {"struct": [{"name": "x", "list": "float32"}]}
+    assert feature_yaml(pa.struct([("x", pa.list_(pa.float32()))])) == {
+        "struct": [{"name": "x", "list": "float32"}]
+    }
     with pytest.raises(ValueError, match="dataset card dtype"):
         feature_yaml(pa.date32())

@@ -25,13 +25,19 @@ PAD = 151643  # Qwen2.5's <|endoftext|>, TRL's pad token for it
 
 
 def load_rows(out, tmp_path) -> list[dict]:
-    ds = datasets.load_dataset("parquet", data_dir=str(out), split="train", cache_dir=str(tmp_path / "cache"))
+    ds = datasets.load_dataset(
+        "parquet", data_dir=str(out), split="train", cache_dir=str(tmp_path / "cache")
+    )
     return list(ds)
 
 
 def trained_outputs(row: dict) -> list[list[int]]:
     """The shard row's trained call outputs, in order."""
-    return [row["input_ids"][s["start"]:s["start"] + s["length"]] for s in row["call_spans"] if s["trained"]]
+    return [
+        row["input_ids"][s["start"] : s["start"] + s["length"]]
+        for s in row["call_spans"]
+        if s["trained"]
+    ]
 
 
 def runs(ids: np.ndarray, keep: np.ndarray) -> list[list[int]]:
@@ -56,7 +62,7 @@ def test_trl_sft_labels_are_exactly_the_generated_outputs(rl_build, tmp_path):
     for i, e in enumerate(examples):
         ids = np.array(e["input_ids"])
         keep = (np.array(e["completion_mask"]) != 0) & (np.array(e["assistant_masks"]) != 0)
-        labels[i, :len(ids)] = np.where(keep, ids, -100)
+        labels[i, : len(ids)] = np.where(keep, ids, -100)
         assert runs(ids, keep) == trained_outputs(shard[i])
     assert int((labels != -100).sum()) == sum(r["num_trainable_tokens"] for r in shard)
 
@@ -70,17 +76,22 @@ def test_trl_grpo_batch_rebuilds_each_segment_and_its_advantage(rl_build, tmp_pa
     p_len = max(len(r["prompt_ids"]) for r in rows)
     c_len = max(len(r["completion_ids"]) for r in rows)
     prompt_ids, prompt_mask = np.full((len(rows), p_len), PAD), np.zeros((len(rows), p_len), int)
-    completion_ids, completion_mask = np.full((len(rows), c_len), PAD), np.zeros((len(rows), c_len), int)
+    completion_ids, completion_mask = (
+        np.full((len(rows), c_len), PAD),
+        np.zeros((len(rows), c_len), int),
+    )
     old_logps = np.zeros((len(rows), c_len))
     for i, r in enumerate(rows):
         n, m = len(r["prompt_ids"]), len(r["completion_ids"])
-        prompt_ids[i, p_len - n:], prompt_mask[i, p_len - n:] = r["prompt_ids"], 1
+        prompt_ids[i, p_len - n :], prompt_mask[i, p_len - n :] = r["prompt_ids"], 1
         completion_ids[i, :m], completion_mask[i, :m] = r["completion_ids"], r["completion_mask"]
         if r["old_per_token_logps"] is not None:
             old_logps[i, :m] = r["old_per_token_logps"]
     advantages = np.array([r["advantages"] for r in rows], dtype=np.float32)
     for i, (r, s) in enumerate(zip(rows, shard)):
-        sequence = np.concatenate([prompt_ids[i][prompt_mask[i] == 1], completion_ids[i][:len(r["completion_ids"])]])
+        sequence = np.concatenate(
+            [prompt_ids[i][prompt_mask[i] == 1], completion_ids[i][: len(r["completion_ids"])]]
+        )
         assert sequence.tolist() == s["input_ids"]
         assert completion_mask[i].sum() == s["num_trainable_tokens"]
         assert advantages[i] == np.float32(s["advantage"])
@@ -111,8 +122,13 @@ def test_verl_rows_are_rlhf_dataset_rows_and_agent_loop_outputs(rl_build, tmp_pa
         assert all(set(m) == {"role", "content"} for m in row["prompt"])
         assert row["data_source"] == "seam/test" and row["ability"] == "agent"
         assert float(row["reward_model"]["ground_truth"]) == s["reward"]
-        assert row["extra_info"]["index"] == index and row["extra_info"]["rollout_id"] == s["rollout_id"]
-        raw_prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        assert (
+            row["extra_info"]["index"] == index
+            and row["extra_info"]["rollout_id"] == s["rollout_id"]
+        )
+        raw_prompt = tokenizer.apply_chat_template(
+            row["prompt"], add_generation_prompt=True, tokenize=False
+        )
         assert tokenizer(raw_prompt, add_special_tokens=False)["input_ids"] == row["prompt_ids"]
         # The agent loop's output, returned as recorded.
         output = AgentLoopOutput(**{k: row[k] for k in AgentLoopOutput.model_fields if k in row})
@@ -170,7 +186,10 @@ def test_slime_samples_load_and_siblings_share_their_rollout_id(rl_build, tmp_pa
     out = tmp_path / "slime"
     export_build(rl_build, "slime", out)
     lines = (out / "samples.jsonl").read_text().splitlines()
-    container = {"rollout_id": 0, "samples": [json.loads(line) for line in lines]}  # --load-debug-rollout-data
+    container = {
+        "rollout_id": 0,
+        "samples": [json.loads(line) for line in lines],
+    }  # --load-debug-rollout-data
     samples = [Sample.from_dict(d) for d in container["samples"]]
     shard = shard_rows(rl_build)
     assert [s.index for s in samples] == list(range(len(shard)))
@@ -178,7 +197,10 @@ def test_slime_samples_load_and_siblings_share_their_rollout_id(rl_build, tmp_pa
         assert sample.tokens == row["input_ids"]
         assert len(sample.loss_mask) == sample.response_length
         assert sum(sample.loss_mask) == row["num_trainable_tokens"]
-        assert sample.tokens[-sample.response_length:] == row["input_ids"][row["call_spans"][0]["start"]:]
+        assert (
+            sample.tokens[-sample.response_length :]
+            == row["input_ids"][row["call_spans"][0]["start"] :]
+        )
         assert sample.status is Status.COMPLETED and sample.reward == row["reward"]
         assert sample.metadata["seam_rollout_id"] == row["rollout_id"]
         if sample.rollout_log_probs is not None:
@@ -210,7 +232,12 @@ def test_export_overwrite_replaces_an_earlier_export(rl_build, tmp_path):
 
 
 def test_export_command_rejects_a_mode_for_other_targets(rl_build, tmp_path, capsys):
-    assert main(["export", str(rl_build), "--to", "verl", "--mode", "sft", "--out", str(tmp_path / "v")]) == 2
+    assert (
+        main(
+            ["export", str(rl_build), "--to", "verl", "--mode", "sft", "--out", str(tmp_path / "v")]
+        )
+        == 2
+    )
     assert "--mode only applies to --to trl" in capsys.readouterr().err
 
 

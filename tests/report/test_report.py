@@ -14,7 +14,15 @@ import pytest
 from pipeline.cli import main
 from pipeline.report import build_report, write_report
 
-RL_PLOTS = ["compactions", "summary_length", "tokens", "pass_rate", "advantage", "seams", "quarantine"]
+RL_PLOTS = [
+    "compactions",
+    "summary_length",
+    "tokens",
+    "pass_rate",
+    "advantage",
+    "seams",
+    "quarantine",
+]
 SFT_PLOTS = [*RL_PLOTS, "corrections", "audit"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -44,8 +52,10 @@ def rl_report(rl_build, tmp_path_factory) -> Path:
 def chromium():
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
-        pytest.skip("Chromium is not installed (Debian: apt-get install -y chromium); the HTML report is not "
-                    "rendered in a browser in this run")
+        pytest.skip(
+            "Chromium is not installed (Debian: apt-get install -y chromium); the HTML report is not "
+            "rendered in a browser in this run"
+        )
     return path
 
 
@@ -54,10 +64,23 @@ def rendered_images(chromium: str, html: Path, tmp_path: Path) -> list[dict]:
     probe = tmp_path / "probe.html"
     probe.write_text(html.read_text().replace("</body>", PROBE + "</body>"))
     result = subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-         "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
-        capture_output=True, text=True, timeout=120)
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     match = re.search(r'<pre id="probe">(.*?)</pre>', result.stdout, re.S)
     assert match, f"Chromium printed no probe (exit {result.returncode}): {result.stderr[-2000:]}"
     return json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&"))

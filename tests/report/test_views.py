@@ -23,7 +23,9 @@ def test_each_view_has_one_row_per_thing_it_names(rl_build):
     con = connect(rl_build)
     rows = shard_rows(rl_build)
     assert con.execute("SELECT count(*) FROM segments").fetchone()[0] == len(rows)
-    assert con.execute("SELECT count(*) FROM calls").fetchone()[0] == sum(r["num_calls"] for r in rows)
+    assert con.execute("SELECT count(*) FROM calls").fetchone()[0] == sum(
+        r["num_calls"] for r in rows
+    )
     assert con.execute("SELECT count(*) FROM rollouts").fetchone()[0] == len(ROLLOUTS)
     assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == len(BROKEN_LINES)
     assert view_names(con) == ["calls", "quarantine", "rollouts", "segments"]
@@ -34,7 +36,9 @@ def test_calls_view_counts_the_tool_calls_each_output_made(rl_build):
     per_call = con.execute("""SELECT call_index, kind, tool_calls FROM calls WHERE rollout_id = 'a0'
                               ORDER BY call_index""").fetchall()
     assert per_call == [(0, "action", 2), (1, "action", 0)]
-    summaries = con.execute("SELECT DISTINCT tool_calls FROM calls WHERE kind = 'summary'").fetchall()
+    summaries = con.execute(
+        "SELECT DISTINCT tool_calls FROM calls WHERE kind = 'summary'"
+    ).fetchall()
     assert summaries == [(0,)]
 
 
@@ -46,8 +50,12 @@ def test_calls_view_tokens_are_the_trained_spans_of_the_loss_mask(rl_build):
 
 def test_rollouts_view_aggregates_segments_and_calls_per_rollout(rl_build):
     con = connect(rl_build)
-    got = {r[0]: r[1:] for r in con.execute(
-        "SELECT rollout_id, num_compactions, num_segments, summary_calls, passed, reward FROM rollouts").fetchall()}
+    got = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT rollout_id, num_compactions, num_segments, summary_calls, passed, reward FROM rollouts"
+        ).fetchall()
+    }
     compactions = {"no_compaction": 0, "one_compaction": 1, "two_compactions": 2}
     for rollout_id, _, story, reward in ROLLOUTS:
         n = compactions[story.__name__]
@@ -60,12 +68,18 @@ def test_pass_rate_by_compactions_matches_a_count_by_hand(rl_build):
     for _, _, story, reward in ROLLOUTS:
         by_hand.setdefault(compactions[story.__name__], []).append(reward)
     rows = connect(rl_build).execute(EXAMPLES[0].sql).fetchall()
-    assert rows == [(n, len(r), round(sum(x > 0 for x in r) / len(r), 3), round(sum(r) / len(r), 3))
-                    for n, r in sorted(by_hand.items())]
+    assert rows == [
+        (n, len(r), round(sum(x > 0 for x in r) / len(r), 3), round(sum(r) / len(r), 3))
+        for n, r in sorted(by_hand.items())
+    ]
 
 
 def test_quarantine_reasons_group_records_of_the_same_kind(rl_build):
-    rows = connect(rl_build).execute("SELECT reason_kind, count(*) FROM quarantine GROUP BY 1").fetchall()
+    rows = (
+        connect(rl_build)
+        .execute("SELECT reason_kind, count(*) FROM quarantine GROUP BY 1")
+        .fetchall()
+    )
     kinds = dict(rows)
     assert sum(kinds.values()) == len(BROKEN_LINES)
     assert any(k.startswith("invalid JSON") and n == 2 for k, n in kinds.items())
@@ -86,7 +100,9 @@ def test_docs_show_exactly_the_five_example_queries():
 def test_sft_builds_add_corrections_and_audit_views(sft_build):
     con = connect(sft_build)
     assert {"corrections", "audit"} <= set(view_names(con))
-    assert con.execute("SELECT rollout_id, type, verdict FROM corrections").fetchall() == [("good", "state", "omission")]
+    assert con.execute("SELECT rollout_id, type, verdict FROM corrections").fetchall() == [
+        ("good", "state", "omission")
+    ]
     summaries = sum(len(r["summary_audit"]) for r in shard_rows(sft_build))
     assert summaries > 0
     assert con.execute("SELECT count(*) FROM audit").fetchone()[0] == summaries
@@ -132,6 +148,14 @@ def test_stats_counts_agree_with_the_manifest(rl_build):
 
     counts, seams, _ = build_counts(connect(rl_build), rl_build)
     manifest = json.loads((rl_build / "manifest.json").read_text())
-    for key in ("read", "accepted", "quarantined", "segments", "calls", "tokens", "trainable_tokens"):
+    for key in (
+        "read",
+        "accepted",
+        "quarantined",
+        "segments",
+        "calls",
+        "tokens",
+        "trainable_tokens",
+    ):
         assert counts[key] == manifest["counts"][key], key
     assert Counter(manifest["seams"]) == seams

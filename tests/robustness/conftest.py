@@ -37,13 +37,21 @@ def build_command(corpus: Path, *options: str) -> list[str]:
     return [*SEAM, "build-rl", str(corpus), "--out", "out", *BUILD_OPTIONS, *options]
 
 
-def run_seam(args: list[str], cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=cwd, env=seam_env(**env), capture_output=True, text=True, timeout=timeout)
+def run_seam(
+    args: list[str], cwd: Path, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        args, cwd=cwd, env=seam_env(**env), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
     """Every file under ``directory`` (hidden ones included) → its bytes."""
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 def write_corpus(directory: Path, rollouts: int = 36, seed: int = 0) -> Path:
@@ -88,5 +96,7 @@ def reference(corpus, tmp_path_factory) -> Reference:
     done = run_seam(build_command(corpus), cwd)
     seconds = time.monotonic() - start
     assert done.returncode == 0, done.stderr
-    tasks = plan_tasks(resolve_inputs([str(corpus)]), "auto", int(float(BUILD_OPTIONS[1]) * (1 << 20)))
+    tasks = plan_tasks(
+        resolve_inputs([str(corpus)]), "auto", int(float(BUILD_OPTIONS[1]) * (1 << 20))
+    )
     return Reference(corpus, cwd / "out", snapshot(cwd / "out"), seconds, len(tasks))

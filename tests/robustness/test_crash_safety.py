@@ -37,8 +37,11 @@ def _resumable(out: Path) -> int:
     """Finished tasks a rerun will skip (none once the manifest exists: nothing to resume)."""
     if (out / "manifest.json").exists():
         return 0
-    return sum(1 for m in out.glob(".parts/part-*.json")
-               if m.with_suffix(".arrow").exists() and m.with_suffix(".quarantine.jsonl").exists())
+    return sum(
+        1
+        for m in out.glob(".parts/part-*.json")
+        if m.with_suffix(".arrow").exists() and m.with_suffix(".quarantine.jsonl").exists()
+    )
 
 
 def _fired(trigger: str, out: Path, k: int) -> bool:
@@ -67,13 +70,18 @@ def _phase(out: Path, tasks: int) -> str:
 def _assert_consistent(out: Path, reference: dict[str, bytes]) -> None:
     """What a killed build leaves is complete or absent, never half-written."""
     for shard in out.glob("train-*.parquet"):
-        assert pq.read_metadata(shard).num_rows > 0 and shard.read_bytes() == reference[shard.name], shard
+        assert (
+            pq.read_metadata(shard).num_rows > 0 and shard.read_bytes() == reference[shard.name]
+        ), shard
     if (out / "manifest.json").exists():
         json.loads((out / "manifest.json").read_text())
         return  # finished; .parts may be half removed
     for marker in out.glob(".parts/part-*.json"):
         json.loads(marker.read_text())
-        assert marker.with_suffix(".arrow").exists() and marker.with_suffix(".quarantine.jsonl").exists()
+        assert (
+            marker.with_suffix(".arrow").exists()
+            and marker.with_suffix(".quarantine.jsonl").exists()
+        )
 
 
 def _assert_no_survivors(group: int) -> None:
@@ -85,16 +93,27 @@ def _assert_no_survivors(group: int) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.05)
-    survivors = subprocess.run(["ps", "-o", "pid,ppid,cmd", "-g", str(group)], capture_output=True, text=True).stdout
+    survivors = subprocess.run(
+        ["ps", "-o", "pid,ppid,cmd", "-g", str(group)], capture_output=True, text=True
+    ).stdout
     os.killpg(group, signal.SIGKILL)
     raise AssertionError(f"processes of a killed build outlived it:\n{survivors}")
 
 
-def _kill_once(rng: random.Random, command: list[str], cwd: Path, trigger: str, tasks: int, seconds: float):
+def _kill_once(
+    rng: random.Random, command: list[str], cwd: Path, trigger: str, tasks: int, seconds: float
+):
     out = cwd / "out"
     k = rng.randint(1, tasks)
-    proc = subprocess.Popen(command, cwd=cwd, env=seam_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=seam_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     delay = rng.uniform(0, seconds) if trigger == "anytime" else rng.uniform(0, 0.05)
     deadline = time.monotonic() + 300
     while proc.poll() is None and not _fired(trigger, out, k) and time.monotonic() < deadline:
@@ -108,7 +127,9 @@ def _kill_once(rng: random.Random, command: list[str], cwd: Path, trigger: str, 
     return proc.returncode, stderr
 
 
-def test_sigkill_at_random_points_then_rerun_gives_the_bytes_of_an_uninterrupted_build(reference, tmp_path):
+def test_sigkill_at_random_points_then_rerun_gives_the_bytes_of_an_uninterrupted_build(
+    reference, tmp_path
+):
     rng = random.Random(int(os.environ.get("SEAM_CRASH_SEED", "8")))
     command = build_command(reference.corpus)
     out = tmp_path / "out"
@@ -119,9 +140,13 @@ def test_sigkill_at_random_points_then_rerun_gives_the_bytes_of_an_uninterrupted
     started = time.monotonic()
     while kills < KILLS:
         before = _resumable(out)
-        code, stderr = _kill_once(rng, command, tmp_path, plan[kills], reference.tasks, reference.seconds)
+        code, stderr = _kill_once(
+            rng, command, tmp_path, plan[kills], reference.tasks, reference.seconds
+        )
         _assert_consistent(out, reference.files)
-        if code == 0:  # it finished before the kill: same bytes; start over to have work to interrupt
+        if (
+            code == 0
+        ):  # it finished before the kill: same bytes; start over to have work to interrupt
             finished += 1
             assert snapshot(out) == reference.files
             shutil.rmtree(out)
@@ -136,8 +161,15 @@ def test_sigkill_at_random_points_then_rerun_gives_the_bytes_of_an_uninterrupted
     final = run_seam(command, tmp_path)
     assert final.returncode == 0, final.stderr
     if before:
-        assert f"resuming: {before} of {reference.tasks} tasks already done, skipping them" in final.stderr
-    assert snapshot(out) == reference.files  # byte-identical; no extra shard, no temporary file, no lock
-    print(f"\ncrash safety: {kills} SIGKILLs survived (phases: {dict(landed)}), {resumes + bool(before)} resumes "
-          f"checked, {finished} builds finished before their kill; {time.monotonic() - started:.0f}s "
-          f"(an uninterrupted build: {reference.seconds:.1f}s)")
+        assert (
+            f"resuming: {before} of {reference.tasks} tasks already done, skipping them"
+            in final.stderr
+        )
+    assert (
+        snapshot(out) == reference.files
+    )  # byte-identical; no extra shard, no temporary file, no lock
+    print(
+        f"\ncrash safety: {kills} SIGKILLs survived (phases: {dict(landed)}), {resumes + bool(before)} resumes "
+        f"checked, {finished} builds finished before their kill; {time.monotonic() - started:.0f}s "
+        f"(an uninterrupted build: {reference.seconds:.1f}s)"
+    )

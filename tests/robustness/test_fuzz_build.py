@@ -38,13 +38,19 @@ TALLY: Counter = Counter()
 @pytest.fixture(scope="module", autouse=True)
 def report_tally():
     yield
-    print(f"\nfuzzed build-rl: {TALLY['records']} records ({TALLY['broken']} broken) in {TALLY['builds']} builds, "
-          f"{TALLY['files']} damaged files")
+    print(
+        f"\nfuzzed build-rl: {TALLY['records']} records ({TALLY['broken']} broken) in {TALLY['builds']} builds, "
+        f"{TALLY['files']} damaged files"
+    )
 
 
 def build(inputs: list[Path], out: Path, fmt: str = "canonical"):
     TALLY["builds"] += 1
-    return run_build(BuildConfig(inputs=[str(i) for i in inputs], out=str(out), format=fmt, workers=1, progress=False))
+    return run_build(
+        BuildConfig(
+            inputs=[str(i) for i in inputs], out=str(out), format=fmt, workers=1, progress=False
+        )
+    )
 
 
 def rows_of(out: Path, prefix: str = "good-") -> pa.Table:
@@ -67,13 +73,24 @@ def assert_accounted(result, out: Path, read: int | None = None) -> None:
 
 
 @fuzz_settings(10)
-@given(good=st.lists(st.integers(0, 2 ** 32), min_size=1, max_size=4),
-       bad=st.lists(st.tuples(st.integers(0, 2 ** 32), st.integers(0, len(MUTATIONS) - 1)), min_size=1, max_size=6),
-       order=st.randoms(use_true_random=False))
-def test_bad_records_are_quarantined_and_never_move_a_byte_of_good_rows(tmp_path_factory, good, bad, order):
+@given(
+    good=st.lists(st.integers(0, 2**32), min_size=1, max_size=4),
+    bad=st.lists(
+        st.tuples(st.integers(0, 2**32), st.integers(0, len(MUTATIONS) - 1)), min_size=1, max_size=6
+    ),
+    order=st.randoms(use_true_random=False),
+)
+def test_bad_records_are_quarantined_and_never_move_a_byte_of_good_rows(
+    tmp_path_factory, good, bad, order
+):
     tmp = tmp_path_factory.mktemp("fuzz")
-    good_lines = [line(good_record(random.Random(s), f"good-{i}", f"task-{i % 2}")) for i, s in enumerate(good)]
-    bad_lines = [broken_line(seed, m, f"bad-{i}", f"bad-task-{i}") for i, (seed, m) in enumerate(bad)]
+    good_lines = [
+        line(good_record(random.Random(s), f"good-{i}", f"task-{i % 2}"))
+        for i, s in enumerate(good)
+    ]
+    bad_lines = [
+        broken_line(seed, m, f"bad-{i}", f"bad-task-{i}") for i, (seed, m) in enumerate(bad)
+    ]
     mixed = list(good_lines)
     for b in bad_lines:
         mixed.insert(order.randint(0, len(mixed)), b)
@@ -93,7 +110,10 @@ def test_bad_records_are_quarantined_and_never_move_a_byte_of_good_rows(tmp_path
 
 
 def _good_lines(seed: int, n: int, prefix: str = "good-") -> list[bytes]:
-    return [line(good_record(random.Random(seed * 1000 + i), f"{prefix}{i}", f"{prefix}task-{i % 3}")) for i in range(n)]
+    return [
+        line(good_record(random.Random(seed * 1000 + i), f"{prefix}{i}", f"{prefix}task-{i % 3}"))
+        for i in range(n)
+    ]
 
 
 def test_damaged_files_in_a_directory_are_quarantined_beside_good_ones(tmp_path):
@@ -105,9 +125,15 @@ def test_damaged_files_in_a_directory_are_quarantined_beside_good_ones(tmp_path)
     (src / "a-good.jsonl").write_bytes(b"\n".join(good[:3]) + b"\n")
     (src / "b-crlf.jsonl").write_bytes(b"\r\n".join(good[3:5]) + b"\r\n")
     (src / "c-no-final-newline.jsonl").write_bytes(good[5])
-    huge = {"rollout_id": "bad-huge", "task_id": "t", "source": "s",
-            "events": [{"type": "teleport", "payload": "x" * (10 << 20)}]}
-    (src / "d-10mb-line.jsonl").write_bytes(good[6] + b"\n" + json.dumps(huge).encode() + b"\n" + good[7] + b"\n")
+    huge = {
+        "rollout_id": "bad-huge",
+        "task_id": "t",
+        "source": "s",
+        "events": [{"type": "teleport", "payload": "x" * (10 << 20)}],
+    }
+    (src / "d-10mb-line.jsonl").write_bytes(
+        good[6] + b"\n" + json.dumps(huge).encode() + b"\n" + good[7] + b"\n"
+    )
     (src / "e-empty.jsonl").write_bytes(b"")
     (src / "f-blank-lines.jsonl").write_bytes(b"\n \n\t\n")
     (src / "g-binary.jsonl").write_bytes(bytes(rng.randrange(256) for _ in range(4096)))
@@ -116,10 +142,16 @@ def test_damaged_files_in_a_directory_are_quarantined_beside_good_ones(tmp_path)
     (src / "i-cut.jsonl.gz").write_bytes(cut[: len(cut) // 2])
     frame = zstandard.ZstdCompressor().compress(b"\n".join(_good_lines(3, 4, "cut-zst-")) + b"\n")
     (src / "j-two-frames-cut.jsonl.zst").write_bytes(frame + frame[: len(frame) // 2])
-    (src / "k-not-zstd.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd" + bytes(rng.randrange(256) for _ in range(300)))
-    (src / "l-garbage.parquet").write_bytes(b"PAR1" + bytes(rng.randrange(256) for _ in range(500)) + b"PAR1")
+    (src / "k-not-zstd.jsonl.zst").write_bytes(
+        b"\x28\xb5\x2f\xfd" + bytes(rng.randrange(256) for _ in range(300))
+    )
+    (src / "l-garbage.parquet").write_bytes(
+        b"PAR1" + bytes(rng.randrange(256) for _ in range(500)) + b"PAR1"
+    )
     whole = tmp_path / "whole.parquet"
-    write_canonical_parquet([Rollout.model_validate(json.loads(x)) for x in _good_lines(4, 3, "cut-parquet-")], whole)
+    write_canonical_parquet(
+        [Rollout.model_validate(json.loads(x)) for x in _good_lines(4, 3, "cut-parquet-")], whole
+    )
     (src / "m-cut.parquet").write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
     (src / "n-not-utf8.json").write_bytes(b'{"messages": "\xff\xfe"}')
     TALLY["files"] += 14
@@ -127,13 +159,23 @@ def test_damaged_files_in_a_directory_are_quarantined_beside_good_ones(tmp_path)
     assert_accounted(result, tmp_path / "out")
     entries = quarantine(tmp_path / "out")
     unusable = {Path(e["file"]).name for e in entries if e["line"] is None}
-    assert {"e-empty.jsonl", "f-blank-lines.jsonl", "g-binary.jsonl", "i-cut.jsonl.gz", "j-two-frames-cut.jsonl.zst",
-            "k-not-zstd.jsonl.zst", "l-garbage.parquet", "m-cut.parquet"} <= unusable
+    assert {
+        "e-empty.jsonl",
+        "f-blank-lines.jsonl",
+        "g-binary.jsonl",
+        "i-cut.jsonl.gz",
+        "j-two-frames-cut.jsonl.zst",
+        "k-not-zstd.jsonl.zst",
+        "l-garbage.parquet",
+        "m-cut.parquet",
+    } <= unusable
     (huge_entry,) = [e for e in entries if e["file"].endswith("d-10mb-line.jsonl")]
     assert huge_entry["line"] == 2 and len(huge_entry["raw"]) <= 1 << 20
     assert [e["line"] for e in entries if e["file"].endswith("h-nul-bytes.jsonl")] == [2]
     # What precedes the cut of a compressed file is kept (the whole first zstd frame).
-    assert rows_of(tmp_path / "out", "cut-zst-")["rollout_id"].unique().to_pylist() == [f"cut-zst-{i}" for i in range(4)]
+    assert rows_of(tmp_path / "out", "cut-zst-")["rollout_id"].unique().to_pylist() == [
+        f"cut-zst-{i}" for i in range(4)
+    ]
     clean = tmp_path / "clean.jsonl"
     clean.write_bytes(b"\n".join(good) + b"\n")
     alone = build([clean], tmp_path / "alone")
@@ -141,12 +183,23 @@ def test_damaged_files_in_a_directory_are_quarantined_beside_good_ones(tmp_path)
     assert rows_of(tmp_path / "out").equals(rows_of(tmp_path / "alone"))
 
 
-@pytest.mark.skipif(not os.environ.get("SEAM_FUZZ_EXAMPLES"), reason="tokenizes 10 MB: runs under make fuzz")
+@pytest.mark.skipif(
+    not os.environ.get("SEAM_FUZZ_EXAMPLES"), reason="tokenizes 10 MB: runs under make fuzz"
+)
 def test_a_valid_10_mb_record_builds_like_any_other(tmp_path):
     record = good_record(random.Random(5), "good-huge", "t")
-    next(e for e in record["events"] if e.get("role") == "user")["content"] = "lorem ipsum 12345 " * 600_000
+    next(e for e in record["events"] if e.get("role") == "user")["content"] = (
+        "lorem ipsum 12345 " * 600_000
+    )
     src = tmp_path / "huge.jsonl"
     src.write_bytes(b"\n".join([*_good_lines(6, 2), line(record), *_good_lines(7, 2, 10)]) + b"\n")
     result = build([src], tmp_path / "out")
     assert result.counts["accepted"] == 5 and result.counts["quarantined"] == 0
-    assert max(pq.read_table(sorted((tmp_path / "out").glob("train-*.parquet")))["num_tokens"].to_pylist()) > 2_000_000
+    assert (
+        max(
+            pq.read_table(sorted((tmp_path / "out").glob("train-*.parquet")))[
+                "num_tokens"
+            ].to_pylist()
+        )
+        > 2_000_000
+    )

@@ -14,6 +14,7 @@ a directory of damaged files of every format accounts for every item.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -32,10 +33,20 @@ from tests.readers.util import FIXTURES
 from tests.robustness.records import WRONG, fuzz_settings
 
 REALWORLD = Path(os.environ["SEAM_REALWORLD_DIR"]) if os.environ.get("SEAM_REALWORLD_DIR") else None
-FORMAT_OF_DIR = {"claude_code": "claude-code", "codex": "codex", "gemini_cli": "gemini-cli", "openhands": "openhands",
-                 "openai_messages": "openai-messages", "chat_completions": "chat-completions", "atif": "atif",
-                 "mini_swe_agent": "mini-swe-agent", "swe_agent": "swe-agent", "slime": "slime", "verl": "verl",
-                 "skyrl": "skyrl"}
+FORMAT_OF_DIR = {
+    "claude_code": "claude-code",
+    "codex": "codex",
+    "gemini_cli": "gemini-cli",
+    "openhands": "openhands",
+    "openai_messages": "openai-messages",
+    "chat_completions": "chat-completions",
+    "atif": "atif",
+    "mini_swe_agent": "mini-swe-agent",
+    "swe_agent": "swe-agent",
+    "slime": "slime",
+    "verl": "verl",
+    "skyrl": "skyrl",
+}
 
 
 def _seeds() -> list[tuple[str, Path]]:
@@ -45,7 +56,12 @@ def _seeds() -> list[tuple[str, Path]]:
             continue
         for p in sorted(root.rglob("*")):
             fmt = FORMAT_OF_DIR.get(p.relative_to(root).parts[0])
-            if fmt and p.is_file() and p.suffix in (".json", ".jsonl", ".traj") and p.name != "result.json":
+            if (
+                fmt
+                and p.is_file()
+                and p.suffix in (".json", ".jsonl", ".traj")
+                and p.name != "result.json"
+            ):
                 seeds.append((fmt, p))
     return seeds
 
@@ -58,7 +74,9 @@ FORMATS: Counter = Counter()
 @pytest.fixture(scope="module", autouse=True)
 def report_tally():
     yield
-    print(f"\nfuzzed readers: {TALLY['files']} damaged files, {TALLY['lines']} lines; per reader: {dict(FORMATS)}")
+    print(
+        f"\nfuzzed readers: {TALLY['files']} damaged files, {TALLY['lines']} lines; per reader: {dict(FORMATS)}"
+    )
 
 
 def test_every_reader_has_a_seed_file():
@@ -71,7 +89,7 @@ def _lines(data: bytes) -> list[bytes]:
 
 
 def cut(rng, data):
-    return data[:rng.randrange(len(data) + 1)]
+    return data[: rng.randrange(len(data) + 1)]
 
 
 def drop_line(rng, data):
@@ -101,14 +119,21 @@ def invalid_utf8(rng, data):
 
 def binary_line(rng, data):
     lines = _lines(data)
-    lines.insert(rng.randrange(len(lines) + 1), bytes(rng.randrange(1, 256) for _ in range(rng.randint(1, 64))).replace(b"\n", b""))
+    lines.insert(
+        rng.randrange(len(lines) + 1),
+        bytes(rng.randrange(1, 256) for _ in range(rng.randint(1, 64))).replace(b"\n", b""),
+    )
     return b"\n".join(lines)
 
 
 def unknown_record(rng, data):
     lines = _lines(data)
-    record = {rng.choice(["type", "kind", "role", "action"]): rng.choice(["mystery", "progress", "x-new-v9"]),
-              "payload": {"id": "u1"}}
+    record = {
+        rng.choice(["type", "kind", "role", "action"]): rng.choice(
+            ["mystery", "progress", "x-new-v9"]
+        ),
+        "payload": {"id": "u1"},
+    }
     lines.insert(rng.randrange(len(lines) + 1), json.dumps(record).encode())
     return b"\n".join(lines)
 
@@ -135,7 +160,9 @@ def _tree_edit(rng, tree):
         del node[key]
     elif action == "extra" and isinstance(node, dict):
         node[f"x_{rng.randrange(99)}"] = rng.choice(WRONG)
-    elif action == "ghost" and isinstance(node[key], (str, int)) and not isinstance(node[key], bool):
+    elif (
+        action == "ghost" and isinstance(node[key], (str, int)) and not isinstance(node[key], bool)
+    ):
         node[key] = rng.choice(["ghost-id", "toolu_unknown", 987654, -1, ""])
     else:
         node[key] = rng.choice(WRONG)
@@ -144,20 +171,26 @@ def _tree_edit(rng, tree):
 
 def edit_json(rng, data):
     """A tree edit inside one JSONL line, or inside the whole document of a JSON file."""
-    try:
+    with contextlib.suppress(ValueError):
         return json.dumps(_tree_edit(rng, json.loads(data))).encode()
-    except ValueError:
-        pass
     lines = _lines(data)
     i = rng.randrange(len(lines))
-    try:
+    with contextlib.suppress(ValueError):
         lines[i] = json.dumps(_tree_edit(rng, json.loads(lines[i]))).encode()
-    except ValueError:
-        pass
     return b"\n".join(lines)
 
 
-DAMAGE = (cut, drop_line, repeat_line, swap_lines, invalid_utf8, binary_line, unknown_record, edit_json, edit_json)
+DAMAGE = (
+    cut,
+    drop_line,
+    repeat_line,
+    swap_lines,
+    invalid_utf8,
+    binary_line,
+    unknown_record,
+    edit_json,
+    edit_json,
+)
 
 
 def read_all(fmt: str, path: Path) -> list:
@@ -175,13 +208,21 @@ def assert_every_line_accounted(path: Path, items: list) -> None:
     if path.suffix != ".jsonl":
         return
     records = sum(1 if isinstance(i, Skipped) else i.records for i in items)
-    assert records == sum(1 for _ in iter_jsonl_lines(path)), [getattr(i, "reason", "") for i in items]
+    assert records == sum(1 for _ in iter_jsonl_lines(path)), [
+        getattr(i, "reason", "") for i in items
+    ]
 
 
 @fuzz_settings(60)
-@given(seed=st.sampled_from(SEEDS), damage=st.lists(st.tuples(st.sampled_from(DAMAGE), st.integers(0, 2 ** 32)),
-                                                    min_size=1, max_size=3))
-def test_damaged_files_never_escape_a_reader_and_every_line_is_accounted_for(tmp_path_factory, seed, damage):
+@given(
+    seed=st.sampled_from(SEEDS),
+    damage=st.lists(
+        st.tuples(st.sampled_from(DAMAGE), st.integers(0, 2**32)), min_size=1, max_size=3
+    ),
+)
+def test_damaged_files_never_escape_a_reader_and_every_line_is_accounted_for(
+    tmp_path_factory, seed, damage
+):
     fmt, source = seed
     data = source.read_bytes()
     for fn, s in damage:
@@ -224,7 +265,9 @@ def test_a_build_over_damaged_files_of_every_format_accounts_for_every_item(tmp_
         (src / fmt).mkdir(parents=True, exist_ok=True)
         (src / fmt / f"{i:03d}-{source.name}").write_bytes(data)
         TALLY["files"] += 1
-    result = run_build(BuildConfig(inputs=[str(src)], out=str(tmp_path / "out"), workers=1, progress=False))
+    result = run_build(
+        BuildConfig(inputs=[str(src)], out=str(tmp_path / "out"), workers=1, progress=False)
+    )
     c = result.counts
     assert c["read"] == c["accepted"] + c["quarantined"] > 0
     assert len((tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()) == c["quarantined"]
@@ -239,32 +282,63 @@ FOUND_BY_FUZZING = {
     # rejects with records=len(calls)). Also hit by two lines without a session id, which
     # the reader groups by their first messages.
     "chat-completions": [
-        {"session_id": "s", "request": {"messages": [{"role": "user", "content": "hi"}]},
-         "response": {"choices": [{"message": {"role": "assistant", "content": "a"}}]}},
-        {"session_id": "s", "request": {"messages": [{"role": "user", "content": "hi"},
-                                                     {"role": "assistant", "content": "a"},
-                                                     {"role": "user", "content": "more"}]},
-         "response": {"choices": True}},
+        {
+            "session_id": "s",
+            "request": {"messages": [{"role": "user", "content": "hi"}]},
+            "response": {"choices": [{"message": {"role": "assistant", "content": "a"}}]},
+        },
+        {
+            "session_id": "s",
+            "request": {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "a"},
+                    {"role": "user", "content": "more"},
+                ]
+            },
+            "response": {"choices": True},
+        },
     ],
     "chat-completions-no-session": [
-        {"request": {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]},
-         "response": {"choices": [{"message": {"role": "assistant", "content": "a"}}]}},
-        {"request": {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"},
-                                  {"role": "assistant", "content": "a"},
-                                  {"role": "user", "content": "more"}]},
-         "response": {"choices": True}},
+        {
+            "request": {
+                "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]
+            },
+            "response": {"choices": [{"message": {"role": "assistant", "content": "a"}}]},
+        },
+        {
+            "request": {
+                "messages": [
+                    {"role": "system", "content": "s"},
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "a"},
+                    {"role": "user", "content": "more"},
+                ]
+            },
+            "response": {"choices": True},
+        },
     ],
     # A batch line whose second row is broken: the first row had already joined its
     # rollout, so the line was both rejected and accepted, and a rollout cut to its first
     # step was accepted as whole (token_dumps.py, _TokenDumpReader.read now checks every
     # row of a line before adding any, and rejects a broken line whole).
     "skyrl": [
-        {"prompt_token_ids": [[1, 2], "text"], "response_ids": [[5, 6], [8, 9]],
-         "trajectory_ids": [{"instance_id": "i", "repetition_id": 0}, {"instance_id": "i", "repetition_id": 0}]},
+        {
+            "prompt_token_ids": [[1, 2], "text"],
+            "response_ids": [[5, 6], [8, 9]],
+            "trajectory_ids": [
+                {"instance_id": "i", "repetition_id": 0},
+                {"instance_id": "i", "repetition_id": 0},
+            ],
+        },
     ],
     # The same shape for the other batch readers, which share _TokenDumpReader.read.
     "verl": [
-        {"prompt_ids": [[1, 2], "text"], "response_ids": [[5, 6], [8, 9]], "rollout_id": ["r", "r"]},
+        {
+            "prompt_ids": [[1, 2], "text"],
+            "response_ids": [[5, 6], [8, 9]],
+            "rollout_id": ["r", "r"],
+        },
     ],
     "slime": [
         {"tokens": [[1, 2, 5, 6], "text"], "response_length": [2, 2], "rollout_id": ["r", "r"]},
@@ -279,4 +353,6 @@ def test_minimal_inputs_the_fuzzer_found(case, tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in FOUND_BY_FUZZING[case]))
     items = read_all(fmt, path)
     assert_every_line_accounted(path, items)
-    assert not (any(isinstance(i, Rejected) for i in items) and any(isinstance(i, Accepted) for i in items))
+    assert not (
+        any(isinstance(i, Rejected) for i in items) and any(isinstance(i, Accepted) for i in items)
+    )

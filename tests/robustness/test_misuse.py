@@ -24,12 +24,25 @@ def _one_line(stderr: str) -> str:
     return stderr
 
 
-def test_a_second_build_into_a_directory_in_use_refuses_and_the_first_is_unharmed(reference, tmp_path):
-    first = subprocess.Popen(build_command(reference.corpus), cwd=tmp_path, env=seam_env(), start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def test_a_second_build_into_a_directory_in_use_refuses_and_the_first_is_unharmed(
+    reference, tmp_path
+):
+    first = subprocess.Popen(
+        build_command(reference.corpus),
+        cwd=tmp_path,
+        env=seam_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
-    while not (tmp_path / "out" / ".parts" / "fingerprint").exists():  # the first build holds the lock
-        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read() if first.stderr else ""
+    while not (
+        tmp_path / "out" / ".parts" / "fingerprint"
+    ).exists():  # the first build holds the lock
+        assert first.poll() is None and time.monotonic() < deadline, (
+            first.stderr.read() if first.stderr else ""
+        )
         time.sleep(0.01)
     os.killpg(first.pid, signal.SIGSTOP)  # hold it there, lock taken, work half done
     try:
@@ -76,8 +89,14 @@ def test_an_older_shard_schema_is_refused_with_the_command_that_rebuilds_it(refe
     shutil.copytree(reference.out, out)
     manifest = json.loads((out / "manifest.json").read_text())
     (out / "manifest.json").write_text(json.dumps({**manifest, "shard_schema_version": "0.1"}))
-    config = BuildConfig([str(reference.corpus)], str(out), chunk_bytes=manifest["config"]["chunk_bytes"],
-                         rows_per_shard=manifest["config"]["rows_per_shard"], workers=1, progress=False)
+    config = BuildConfig(
+        [str(reference.corpus)],
+        str(out),
+        chunk_bytes=manifest["config"]["chunk_bytes"],
+        rows_per_shard=manifest["config"]["rows_per_shard"],
+        workers=1,
+        progress=False,
+    )
     with pytest.raises(BuildError) as error:
         run_build(config)
     message = str(error.value)
@@ -102,30 +121,41 @@ def test_a_damaged_manifest_is_refused_in_one_line(reference, tmp_path):
 def _can_mount_tmpfs() -> bool:
     if shutil.which("unshare") is None:
         return False
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
-                           capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True
+    )
     return probe.returncode == 0
 
 
 # tmpfs sizes as fractions of the finished build's bytes: up to ~1.25 the disk fills while
 # tasks write their parts, at 1.5-2 while shards are written (parts and shards coexist).
-FULL_AT = [1.5] if not os.environ.get("SEAM_FUZZ_EXAMPLES") else [0.25, 0.75, 1.25, 1.5, 1.75, 2.0, 2.5]
+FULL_AT = (
+    [1.5] if not os.environ.get("SEAM_FUZZ_EXAMPLES") else [0.25, 0.75, 1.25, 1.5, 1.75, 2.0, 2.5]
+)
 
 
-@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs unshare and a private tmpfs mount (Linux user namespaces)")
+@pytest.mark.skipif(
+    not _can_mount_tmpfs(), reason="needs unshare and a private tmpfs mount (Linux user namespaces)"
+)
 @pytest.mark.parametrize("fraction", FULL_AT)
-def test_a_full_disk_fails_in_one_line_leaves_no_partial_shard_and_the_rerun_completes(reference, tmp_path, fraction):
+def test_a_full_disk_fails_in_one_line_leaves_no_partial_shard_and_the_rerun_completes(
+    reference, tmp_path, fraction
+):
     """--out is a real tmpfs of a fraction of the finished build's size (in a private
     mount namespace), so the kernel answers ENOSPC mid-write; then it grows and the same
     command is run again."""
     size = max(16, int(sum(map(len, reference.files.values())) * fraction) // 4096) * 4096
     command = " ".join(shlex.quote(a) for a in build_command(reference.corpus))
     (tmp_path / "out").mkdir()
-    script = (f"mount -t tmpfs -o size={size} tmpfs out || exit 99\n"
-              f"{command} > stdout1 2> stderr1; echo $? > rc1; cp -a out full\n"
-              f"mount -o remount,size=1g out\n"
-              f"{command} > stdout2 2> stderr2; echo $? > rc2; cp -a out after\n")
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=tmp_path, env=seam_env(), timeout=900)
+    script = (
+        f"mount -t tmpfs -o size={size} tmpfs out || exit 99\n"
+        f"{command} > stdout1 2> stderr1; echo $? > rc1; cp -a out full\n"
+        f"mount -o remount,size=1g out\n"
+        f"{command} > stdout2 2> stderr2; echo $? > rc2; cp -a out after\n"
+    )
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script], cwd=tmp_path, env=seam_env(), timeout=900
+    )
     assert done.returncode == 0
 
     def read(name: str) -> str:
@@ -140,6 +170,9 @@ def test_a_full_disk_fails_in_one_line_leaves_no_partial_shard_and_the_rerun_com
     assert not [p for p in full.rglob(".*tmp*")]  # no temporary file left behind
     assert not (full / "manifest.json").exists()
     for shard in full.glob("train-*.parquet"):  # a shard that is visible is whole
-        assert pq.read_metadata(shard).num_rows > 0 and shard.read_bytes() == reference.files[shard.name]
+        assert (
+            pq.read_metadata(shard).num_rows > 0
+            and shard.read_bytes() == reference.files[shard.name]
+        )
     assert read("rc2").strip() == "0", read("stderr2")
     assert snapshot(tmp_path / "after") == reference.files

@@ -19,18 +19,24 @@ def reference_gae(rewards, values, gamma, lam):
     n = len(rewards)
     next_values = list(values[1:]) + [0.0]
     deltas = [rewards[t] + gamma * next_values[t] - values[t] for t in range(n)]
-    return np.array([sum((gamma * lam) ** l * deltas[t + l] for l in range(n - t)) for t in range(n)])
+    return np.array(
+        [sum((gamma * lam) ** k * deltas[t + k] for k in range(n - t)) for t in range(n)]
+    )
 
 
 def test_two_segment_example_matches_hand_computation():
     # γ = 1, λ = 0.5, R = 1; segment 1 has 2 trainable tokens, segment 2 has 1 (N_{>1} = 1).
     # Segment 2: δ0 = 1 - 0.5 = 0.5 → A_loc = [0.5], factor (γλ)^0 = 1, G = A_loc + V = [1.0].
-    adv2, ret2 = cross_trajectory_gae([0.5], reward=1.0, trainable_tokens_after=0, gamma=1.0, lam=0.5)
+    adv2, ret2 = cross_trajectory_gae(
+        [0.5], reward=1.0, trainable_tokens_after=0, gamma=1.0, lam=0.5
+    )
     np.testing.assert_allclose(adv2, [0.5])
     np.testing.assert_allclose(ret2, [1.0])
     # Segment 1: δ1 = 1 + 0 - 0.25 = 0.75, δ0 = 0 + 0.25 - 0.5 = -0.25,
     # A_loc = [-0.25 + 0.5·0.75, 0.75] = [0.125, 0.75], factor (1·0.5)^1 → Â = [0.0625, 0.375].
-    adv1, ret1 = cross_trajectory_gae([0.5, 0.25], reward=1.0, trainable_tokens_after=1, gamma=1.0, lam=0.5)
+    adv1, ret1 = cross_trajectory_gae(
+        [0.5, 0.25], reward=1.0, trainable_tokens_after=1, gamma=1.0, lam=0.5
+    )
     np.testing.assert_allclose(adv1, [0.0625, 0.375])
     np.testing.assert_allclose(ret1, [0.625, 1.0])
 
@@ -50,24 +56,40 @@ segmentations = st.lists(st.integers(min_value=1, max_value=12), min_size=1, max
 
 
 @settings(max_examples=200, deadline=None)
-@given(lengths=segmentations, gamma=st.floats(0.5, 1.0), lam=st.floats(0.0, 1.0), reward=st.floats(-2.0, 2.0))
-def test_with_zero_values_cross_trajectory_gae_equals_plain_gae_over_the_concatenated_tokens(lengths, gamma, lam, reward):
+@given(
+    lengths=segmentations,
+    gamma=st.floats(0.5, 1.0),
+    lam=st.floats(0.0, 1.0),
+    reward=st.floats(-2.0, 2.0),
+)
+def test_with_zero_values_cross_trajectory_gae_equals_plain_gae_over_the_concatenated_tokens(
+    lengths, gamma, lam, reward
+):
     total = sum(lengths)
     plain = reference_gae([0.0] * (total - 1) + [reward], [0.0] * total, gamma, lam)
-    pieces = [cross_trajectory_gae(np.zeros(n), reward, sum(lengths[s + 1:]), gamma, lam)[0]
-              for s, n in enumerate(lengths)]
+    pieces = [
+        cross_trajectory_gae(np.zeros(n), reward, sum(lengths[s + 1 :]), gamma, lam)[0]
+        for s, n in enumerate(lengths)
+    ]
     np.testing.assert_allclose(np.concatenate(pieces), plain, rtol=1e-9, atol=1e-12)
 
 
 @settings(max_examples=200, deadline=None)
-@given(lengths=segmentations, gamma=st.floats(0.5, 1.0), lam=st.one_of(st.none(), st.floats(0.0, 1.0)),
-       reward=st.floats(-2.0, 2.0), seed=st.integers(0, 2**16))
-def test_each_segment_is_local_gae_discounted_by_the_tokens_after_it(lengths, gamma, lam, reward, seed):
+@given(
+    lengths=segmentations,
+    gamma=st.floats(0.5, 1.0),
+    lam=st.one_of(st.none(), st.floats(0.0, 1.0)),
+    reward=st.floats(-2.0, 2.0),
+    seed=st.integers(0, 2**16),
+)
+def test_each_segment_is_local_gae_discounted_by_the_tokens_after_it(
+    lengths, gamma, lam, reward, seed
+):
     values = np.random.default_rng(seed).normal(size=sum(lengths))
     start = 0
     for s, n in enumerate(lengths):
-        v = values[start:start + n]
-        after = sum(lengths[s + 1:])
+        v = values[start : start + n]
+        after = sum(lengths[s + 1 :])
         lam_s = 1 - 1 / (1.5 * n) if lam is None else lam
         local = reference_gae([0.0] * (n - 1) + [reward], v, gamma, lam_s)
         adv, ret = cross_trajectory_gae(v, reward, after, gamma, lam)
@@ -77,11 +99,20 @@ def test_each_segment_is_local_gae_discounted_by_the_tokens_after_it(lengths, ga
 
 
 @settings(max_examples=100, deadline=None)
-@given(n=st.integers(1, 20), gamma=st.floats(0.5, 1.0), reward=st.floats(-2.0, 2.0), seed=st.integers(0, 2**16))
-def test_returns_with_lambda_one_are_the_monte_carlo_return_whatever_the_values(n, gamma, reward, seed):
+@given(
+    n=st.integers(1, 20),
+    gamma=st.floats(0.5, 1.0),
+    reward=st.floats(-2.0, 2.0),
+    seed=st.integers(0, 2**16),
+)
+def test_returns_with_lambda_one_are_the_monte_carlo_return_whatever_the_values(
+    n, gamma, reward, seed
+):
     values = np.random.default_rng(seed).normal(size=n)
     _, returns = local_gae(values, reward, gamma, 1.0)
-    np.testing.assert_allclose(returns, gamma ** np.arange(n - 1, -1, -1) * reward, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        returns, gamma ** np.arange(n - 1, -1, -1) * reward, rtol=1e-9, atol=1e-12
+    )
 
 
 def test_returns_with_lambda_zero_are_td0_targets():

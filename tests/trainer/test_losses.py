@@ -16,10 +16,12 @@ def split(tensor, sizes):
 def accumulated_token_level(logp, old, adv, segment_sizes, segments_per_micro_batch):
     """Step loss and gradient with segments grouped into micro-batches and gradients accumulated."""
     leaf = logp.detach().clone().requires_grad_(True)
-    pieces = list(zip(split(leaf, segment_sizes), split(old, segment_sizes), split(adv, segment_sizes)))
+    pieces = list(
+        zip(split(leaf, segment_sizes), split(old, segment_sizes), split(adv, segment_sizes))
+    )
     total = 0.0
     for start in range(0, len(pieces), segments_per_micro_batch):
-        group = pieces[start:start + segments_per_micro_batch]
+        group = pieces[start : start + segments_per_micro_batch]
         per_token = torch.cat([clipped_surrogate(lp, o, a, 0.2)[0] for lp, o, a in group])
         loss = token_level(per_token, logp.numel())
         loss.backward()
@@ -44,7 +46,12 @@ def tokens():
 def test_token_level_loss_is_invariant_to_segmentation_and_micro_batching(tokens):
     logp, old, adv = tokens
     one_pass = accumulated_token_level(logp, old, adv, [60], 1)
-    for sizes, per_micro_batch in ([[10, 20, 30], 1], [[5] * 12, 4], [[1, 59], 2], [[30, 7, 23], 2]):
+    for sizes, per_micro_batch in (
+        [[10, 20, 30], 1],
+        [[5] * 12, 4],
+        [[1, 59], 2],
+        [[30, 7, 23], 2],
+    ):
         loss, grad = accumulated_token_level(logp, old, adv, sizes, per_micro_batch)
         assert loss == pytest.approx(one_pass[0], rel=1e-12)
         torch.testing.assert_close(grad, one_pass[1])
@@ -68,21 +75,25 @@ def test_per_sample_averaging_weighs_a_rollout_by_its_number_of_segments():
 
     losses.grad = None
     token_level(losses, 80).backward()
-    assert losses.grad[:40].sum().item() == pytest.approx(1 / 2)  # token-level: tokens count, not segments
+    assert losses.grad[:40].sum().item() == pytest.approx(
+        1 / 2
+    )  # token-level: tokens count, not segments
     assert losses.grad[40:].sum().item() == pytest.approx(1 / 2)
 
 
 def test_shard_weights_turn_a_per_sample_mean_into_the_token_level_or_per_rollout_loss():
     # The recipes of docs/training.md for trainers that only average per sample.
     gen = torch.Generator().manual_seed(1)
-    sizes = [10, 10, 10, 10, 40]                       # rollout A: 4 segments; rollout B: 1 segment
+    sizes = [10, 10, 10, 10, 40]  # rollout A: 4 segments; rollout B: 1 segment
     num_segments = [4, 4, 4, 4, 1]
     per_token = torch.randn(80, generator=gen, dtype=torch.float64)
     sample_means = torch.stack([piece.mean() for piece in split(per_token, sizes)])
     batch = len(sizes)
     # Scale sample i by n_i · B / Σ n: the per-sample mean becomes the token-level mean.
     token_weights = torch.tensor(sizes, dtype=torch.float64) * batch / sum(sizes)
-    assert (token_weights * sample_means).mean().item() == pytest.approx(token_level(per_token, 80).item())
+    assert (token_weights * sample_means).mean().item() == pytest.approx(
+        token_level(per_token, 80).item()
+    )
     # Scale sample i by loss_weight_per_rollout = 1/num_segments: each rollout counts once.
     rollout_weights = 1 / torch.tensor(num_segments, dtype=torch.float64)
     weighted = (rollout_weights * sample_means).sum() / rollout_weights.sum()
@@ -102,7 +113,9 @@ def test_clipped_value_loss_keeps_the_larger_error():
     old = torch.tensor([0.0, 0.0])
     returns = torch.tensor([1.0, 1.0])
     # Token 0: V moved by 1 > 0.2, clipped V = 0.2 → max(0, 0.64)/2. Token 1: within the clip.
-    torch.testing.assert_close(clipped_value_loss(values, old, returns, clip=0.2), torch.tensor([0.32, 0.405]))
+    torch.testing.assert_close(
+        clipped_value_loss(values, old, returns, clip=0.2), torch.tensor([0.32, 0.405])
+    )
 
 
 def test_approx_kl_is_zero_on_policy_and_positive_off_it():

@@ -27,7 +27,13 @@ def trainer(tiny_model_dir):
     def make(**overrides):
         torch.manual_seed(0)
         config = PPOConfig(**{"micro_batch_tokens": 48, **overrides})
-        return PPOTrainer(load_policy(tiny_model_dir, CPU), Critic.from_pretrained(tiny_model_dir, CPU), config, CPU)
+        return PPOTrainer(
+            load_policy(tiny_model_dir, CPU),
+            Critic.from_pretrained(tiny_model_dir, CPU),
+            config,
+            CPU,
+        )
+
     return make
 
 
@@ -49,7 +55,9 @@ def test_packed_rows_give_each_segment_the_log_probs_it_has_alone(trainer, segme
     (batch,) = pack(segments[:3], token_budget=10_000)
     assert len(batch.spans) == 3
     with torch.no_grad():
-        packed = policy_hidden(policy, torch.as_tensor(batch.input_ids), torch.as_tensor(batch.position_ids))
+        packed = policy_hidden(
+            policy, torch.as_tensor(batch.input_ids), torch.as_tensor(batch.position_ids)
+        )
         for index, start, end in batch.spans:
             ids = torch.as_tensor(segments[index].input_ids)
             alone = policy_hidden(policy, ids, torch.arange(ids.numel()))
@@ -66,19 +74,28 @@ def test_chunked_log_probs_and_entropy_match_the_full_softmax(trainer, segments)
     torch.testing.assert_close(entropy, -(full.exp() * full).sum(-1))
 
 
-def test_old_log_probs_come_from_the_shard_when_logged_and_from_the_policy_otherwise(trainer, tmp_path):
+def test_old_log_probs_come_from_the_shard_when_logged_and_from_the_policy_otherwise(
+    trainer, tmp_path
+):
     rng = np.random.default_rng(0)
     logged = rollout_rows("logged", [(10, 5)], 1.0, rng, VOCAB, with_logprobs=True)
     unlogged = rollout_rows("unlogged", [(10, 5)], 1.0, rng, VOCAB, with_logprobs=False)
-    pq.write_table(pa.Table.from_pylist(logged + unlogged, schema=SHARD_SCHEMA), tmp_path / "train-00000-of-00001.parquet")
+    pq.write_table(
+        pa.Table.from_pylist(logged + unlogged, schema=SHARD_SCHEMA),
+        tmp_path / "train-00000-of-00001.parquet",
+    )
     segs = read_segments(tmp_path)
     t = trainer(micro_batch_tokens=10_000)
     (prepared,) = t.prepare(segs)
     old = prepared.old_logprobs
     # Segment "logged" comes first in the row: its 5 trainable tokens carry the shard's values.
-    np.testing.assert_allclose(old[:5].numpy(), np.array(logged[0]["logprobs"][10:], dtype=np.float32))
+    np.testing.assert_allclose(
+        old[:5].numpy(), np.array(logged[0]["logprobs"][10:], dtype=np.float32)
+    )
     with torch.no_grad():
-        hidden = policy_hidden(t.policy, prepared.input_ids, prepared.position_ids)[prepared.positions]
+        hidden = policy_hidden(t.policy, prepared.input_ids, prepared.position_ids)[
+            prepared.positions
+        ]
         policy_logp, _ = token_logprobs(t.policy, hidden, prepared.targets)
     torch.testing.assert_close(old[5:], policy_logp[5:])
     assert prepared.recomputed == 5
@@ -140,7 +157,9 @@ def test_a_step_counts_every_trainable_token_once_and_trains_both_models(trainer
     assert metrics.trainable_tokens == sum(s.num_trainable_tokens for s in segments) == 33
     assert metrics.tokens == sum(s.input_ids.shape[0] for s in segments)
     assert (metrics.segments, metrics.rollouts, metrics.policy_updated) == (6, 3, True)
-    assert all(np.isfinite([metrics.policy_loss, metrics.value_loss, metrics.entropy, metrics.model_flops]))
+    assert all(
+        np.isfinite([metrics.policy_loss, metrics.value_loss, metrics.entropy, metrics.model_flops])
+    )
     assert any(not torch.equal(a, b) for a, b in zip(policy_before, t.policy.parameters()))
     assert not torch.equal(head_before, t.critic.value_head.weight)
 
