@@ -56,6 +56,7 @@ class BuildConfig:
     mask_summaries: bool = False
     last_call_only: bool = False
     drop_truncated: bool = False
+    keep_damaged: bool = False
     rows_per_shard: int = 1024
     chunk_bytes: int | None = None  # None: auto_chunk_bytes(inputs)
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -76,6 +77,7 @@ class BuildConfig:
             MaskOptions(self.mask_summaries, self.last_call_only),
             self.drop_truncated,
             require_outcome=self.kind == "rl",
+            keep_damaged=self.keep_damaged,
         )
 
     def fingerprint_config(self) -> dict:
@@ -92,6 +94,8 @@ class BuildConfig:
             "chat_template",
         )
         fingerprint = {k: getattr(self, k) for k in keep}
+        if self.keep_damaged:  # only when set: fingerprints of earlier builds stay valid
+            fingerprint["keep_damaged"] = True
         if self.stage is not None:
             fingerprint["stage"] = self.stage.fingerprint()
         if self.rewards:

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.advantage import trainable_tokens_after
+from pipeline.fidelity import reported_input_tokens, segment_fidelity
 from pipeline.mask import MaskedSegment, MaskOptions, mask_segment
 from pipeline.segment import Segmenter
 from pipeline.shard_schema import CALL_SPAN, SHARD_SCHEMA
@@ -32,6 +33,9 @@ class RowOptions:
     # RL needs an outcome for every rollout; SFT trains on corrected trajectories whose
     # outcome may be unknown (reward NaN, advantage 0).
     require_outcome: bool = True
+    # A damaged rollout (a lost or undecodable record: pipeline/fidelity.py DAMAGE) is
+    # quarantined unless this is set; kept, its segments carry the reason.
+    keep_damaged: bool = False
 
 
 class RejectedRollout(ValueError):
@@ -78,12 +82,14 @@ class RowBatch:
         self.mask_chunks: list[np.ndarray] = []
         self.logprob_chunks: list[np.ndarray | None] = []
         self.num_rows = 0
+        self.last_fidelity: list[list[str]] = []  # context_fidelity of the rollout added last
 
     def add_rollout(self, rollout: Rollout, ordinal: int, segments: list[MaskedSegment]) -> None:
         if self.require_outcome or rollout.reward is not None or rollout.resolved is not None:
             reward = rollout_reward(rollout)
         else:
             reward = float("nan")
+        self.last_fidelity = []
         if not segments:
             return
         n_s = [m.num_trainable_tokens for m in segments]
@@ -91,7 +97,9 @@ class RowBatch:
         compactions = sum(
             1 for e in rollout.events if isinstance(e, RewriteEvent) and e.reason == "compaction"
         )
-        for index, (m, n, tail) in enumerate(zip(segments, n_s, after)):
+        fidelity = segment_fidelity(rollout, [m.segment for m in segments])
+        self.last_fidelity = fidelity
+        for index, (m, n, tail, fid) in enumerate(zip(segments, n_s, after, fidelity)):
             seg = m.segment
             c = self.cols
             c["rollout_id"].append(rollout.rollout_id)
@@ -129,6 +137,8 @@ class RowBatch:
             c["truncated"].append(any(s.truncated for s in seg.spans))
             c["resolved"].append(rollout.resolved)
             c["parent_rollout_id"].append(rollout.parent_rollout_id)
+            c["context_fidelity"].append(fid)
+            c["reported_input_tokens"].append(reported_input_tokens(rollout, seg))
             c[ROLLOUT_ORDINAL].append(ordinal)
             self.token_chunks.append(seg.tokens)
             self.mask_chunks.append(m.loss_mask)

@@ -102,6 +102,20 @@ COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
     ("truncated", pa.bool_(), False, "Some call of this segment was cut by the length limit."),
     ("resolved", pa.bool_(), True, "Task outcome when recorded."),
     ("parent_rollout_id", pa.string(), True, "Sub-agent rollouts: the parent rollout."),
+    (
+        "context_fidelity",
+        pa.list_(pa.string()),
+        False,
+        "['exact'] when the segment's context is exactly what the model received, else the "
+        "sorted reasons it is not (slice_start, opaque_summary, lost_records, ...; docs/data.md).",
+    ),
+    (
+        "reported_input_tokens",
+        pa.list_(pa.int32()),
+        False,
+        "Per call (aligned with call_spans): input tokens the provider reported (cache "
+        "included), null where the log has no usage; rebuilt input = call_spans[i].start.",
+    ),
 ]
 
 SHARD_SCHEMA = pa.schema(

@@ -14,6 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.fidelity import COUNT_PREFIX
+
 
 @dataclass(frozen=True)
 class StandardQuery:
@@ -104,6 +106,29 @@ FROM audit""",
     ("audit",),
 )
 
+CONTEXT_FIDELITY = StandardQuery(
+    "Context fidelity of segments (exact, or why not)",
+    """SELECT reason,
+       count(*) AS segments,
+       count(DISTINCT rollout_id) AS rollouts
+FROM fidelity
+GROUP BY reason
+ORDER BY reason = 'exact' DESC, segments DESC, reason""",
+    ("fidelity",),
+)
+
+REPORTED_VS_REBUILT = StandardQuery(
+    "Input tokens per call: reported vs rebuilt",
+    """SELECT count(*) AS calls,
+       count(reported_input_tokens) AS calls_with_usage,
+       sum(reported_input_tokens) AS reported,
+       sum(start) FILTER (WHERE reported_input_tokens IS NOT NULL) AS rebuilt,
+       round(median(reported_input_tokens / greatest(start, 1)), 2) AS median_ratio,
+       round(max(reported_input_tokens / greatest(start, 1)), 2) AS max_ratio
+FROM calls""",
+    ("calls",),
+)
+
 # The README's five example queries, in the order it shows them.
 EXAMPLES = [
     PASS_RATE_BY_COMPACTIONS,
@@ -112,7 +137,7 @@ EXAMPLES = [
     SEAMS_BY_KIND_AND_SOURCE,
     QUARANTINE_REASONS,
 ]
-STANDARD = [*EXAMPLES, CORRECTION_TYPES, AUDIT_RATES]
+STANDARD = [*EXAMPLES, CONTEXT_FIDELITY, REPORTED_VS_REBUILT, CORRECTION_TYPES, AUDIT_RATES]
 
 
 def available(queries: list[StandardQuery], views: list[str]) -> list[StandardQuery]:
@@ -152,4 +177,7 @@ def build_counts(con, out: Path) -> tuple[Counter, Counter, int]:
         trainable_tokens=trainable,
         drift_realigned=drift,
     )
+    if "fidelity" in {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}:
+        for reason, n in con.execute("SELECT reason, count(*) FROM fidelity GROUP BY 1").fetchall():
+            counts[f"{COUNT_PREFIX}{reason}"] = n
     return counts, seams, groups_of_one

@@ -7,10 +7,13 @@ the README's example queries all see the same tables:
 - ``segments``: the shard rows as written (one row per segment, every column).
 - ``calls``: one row per generated output (``call_spans`` unnested): which rollout,
   segment and call, ``kind`` (action | summary), ``tokens`` (output length, end-of-turn
-  token included), ``trained``, ``truncated`` and ``tool_calls`` (tool calls the output
-  made; null when the tokenizer has no single ``<tool_call>`` token to count).
+  token included), ``start`` (= the rebuilt input length), ``trained``, ``truncated``,
+  ``tool_calls`` (tool calls the output made; null when the tokenizer has no single
+  ``<tool_call>`` token to count) and ``reported_input_tokens`` (the provider's count).
 - ``rollouts``: one row per rollout, aggregated from its segments and calls; ``passed``
   is ``resolved`` when recorded, else ``reward > 0``.
+- ``fidelity``: one row per (segment, ``context_fidelity`` value): ``exact`` or a reason
+  the segment's context is not exactly what the model received.
 - ``quarantine``: ``quarantine.jsonl``, one row per rejected record, with
   ``reason_kind``: the reason with ids, quoted values and numbers blanked, for grouping.
 - SFT builds only: ``corrections`` (one row per attached judge correction) and
@@ -62,9 +65,11 @@ def connect(build_dir: str | Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute(f"CREATE VIEW segments AS SELECT * FROM read_parquet({_sql_list(shards)})")
     columns = {row[0] for row in con.execute("DESCRIBE segments").fetchall()}
-    con.execute(_calls_sql(_tool_call_token_id(manifest)))
+    con.execute(_calls_sql(_tool_call_token_id(manifest), "reported_input_tokens" in columns))
     con.execute(ROLLOUTS_SQL)
     con.execute(_quarantine_sql(out / "quarantine.jsonl"))
+    if "context_fidelity" in columns:
+        con.execute(FIDELITY_SQL)
     if "corrections" in columns:
         con.execute(CORRECTIONS_SQL)
     if "summary_audit" in columns:
@@ -104,19 +109,22 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _calls_sql(tool_call_id: int | None) -> str:
+def _calls_sql(tool_call_id: int | None, has_reported: bool = True) -> str:
     # DuckDB lists are 1-based and slices inclusive: the output is [start+1, start+length].
     tool_calls = (
         f"len(list_filter(s.input_ids[c.start + 1 : c.start + c.length], lambda t: t = {tool_call_id}))"
         if tool_call_id is not None
         else "CAST(NULL AS INTEGER)"
     )
+    # reported_input_tokens is aligned with call_spans: index i of one is call i of the other.
+    reported = "s.reported_input_tokens[i]" if has_reported else "CAST(NULL AS INTEGER)"
     return f"""
     CREATE VIEW calls AS
     SELECT s.rollout_id, s.task_id, s.source, s.segment_index, s.seam_kind, s.num_compactions,
            c.call_index, c.kind, c.length AS tokens, c.start, c.trained, c.truncated,
-           {tool_calls} AS tool_calls
-    FROM segments s, unnest(s.call_spans) AS u(c)"""
+           {tool_calls} AS tool_calls, {reported} AS reported_input_tokens
+    FROM segments s,
+         (SELECT unnest(s.call_spans) AS c, generate_subscripts(s.call_spans, 1) AS i) AS u"""
 
 
 ROLLOUTS_SQL = """
@@ -164,6 +172,11 @@ def _quarantine_sql(path: Path) -> str:
            {reason_kind} AS reason_kind, raw
     FROM {source}"""
 
+
+FIDELITY_SQL = """
+CREATE VIEW fidelity AS
+SELECT s.rollout_id, s.task_id, s.source, s.segment_index, f AS reason
+FROM segments s, unnest(s.context_fidelity) AS u(f)"""
 
 CORRECTIONS_SQL = """
 CREATE VIEW corrections AS

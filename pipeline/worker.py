@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
 
+from pipeline import fidelity
 from pipeline.canonical_io import UNREADABLE, iter_jsonl_lines, iter_parquet_records, parse_rollout
 from pipeline.inputs import CANONICAL, UNRECOGNISED, Task
 from pipeline.render import ChatRenderer, TemplateError
@@ -281,6 +282,15 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
             if rollout is None:
                 reject(line, reason, None)
                 continue
+        damaged = fidelity.damage(rollout)
+        if damaged and not config.options.keep_damaged:
+            reject(
+                line,
+                f"rollout {rollout.rollout_id}: damaged log ({damaged}); "
+                "--keep-damaged keeps it, flagged",
+                None,
+            )
+            continue
         try:
             _check_numbers(rollout, len(segmenter.r.tokenizer))
             segments, dropped = masked_segments(rollout, segmenter, config.options)
@@ -306,6 +316,9 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
             stats["trainable_tokens"] += m.num_trainable_tokens
             stats["drift_realigned"] += m.segment.drift_realigned
             stats["calls"] += len(m.segment.spans)
+        for reasons in batch.last_fidelity:
+            for reason in reasons:
+                stats[f"{fidelity.COUNT_PREFIX}{reason}"] += 1
     if task_stage is not None:
         stats.update(task_stage.close())
     part_path.parent.mkdir(parents=True, exist_ok=True)

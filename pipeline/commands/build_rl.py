@@ -63,6 +63,12 @@ def add_build_arguments(p) -> None:
         help="Drop segments that contain a call cut by the length limit (finish_reason=length).",
     )
     p.add_argument(
+        "--keep-damaged",
+        action="store_true",
+        help="Keep rollouts whose log lost a record (an undecodable or missing line) instead of "
+        "quarantining them; their segments say so in context_fidelity (lost_records).",
+    )
+    p.add_argument(
         "--rows-per-shard",
         type=int,
         default=1024,
@@ -125,6 +131,7 @@ def config_from_args(args, kind: str):
         mask_summaries=args.mask_summaries,
         last_call_only=args.last_call_only,
         drop_truncated=args.drop_truncated,
+        keep_damaged=args.keep_damaged,
         rows_per_shard=args.rows_per_shard,
         chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))) if args.chunk_mb else None,
         workers=args.workers,

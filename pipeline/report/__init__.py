@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from pipeline.fidelity import COUNT_PREFIX
 from pipeline.report.figures import FIGURES, png_bytes
 from pipeline.report.page import Plot, ResultTable, render_page
 from pipeline.standard_queries import STANDARD, available, build_counts
@@ -63,6 +64,15 @@ def build_report(build_dir: str | Path) -> tuple[str, list[Plot]]:
             ", ".join(f"{k} {n:,}" for k, n in sorted(seams.items()) if k != "none") or "none",
         ),
         ("task groups of one (advantage 0)", f"{groups_of_one:,}"),
+        (
+            "context fidelity (segments)",
+            ", ".join(
+                f"{k.removeprefix(COUNT_PREFIX)} {n:,}"
+                for k, n in sorted(counts.items())
+                if k.startswith(COUNT_PREFIX)
+            )
+            or "not recorded",
+        ),
     ]
     notes = (
         []

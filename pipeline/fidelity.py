@@ -1,0 +1,125 @@
+"""Context fidelity: is a segment's context exactly what the model received?
+
+Readers record what they know is missing or altered as ``rollout.meta["fidelity"]``, a
+list of ``{"reason": str, "event_id": str | None, "detail": str}`` (docs/data.md,
+"Context fidelity"): ``event_id`` is the first event affected (every later call is
+affected too), ``None`` the whole rollout. An opaque context item (e.g. Codex's
+encrypted remote compaction) is a ``user`` message with ``meta["opaque"] = "<why>"``
+and a short placeholder content. This module turns both into the per-segment
+``context_fidelity`` column: ``["exact"]``, or the sorted reasons that apply.
+
+An assistant message may carry ``meta["reported_input_tokens"]`` (the provider's
+usage, cache tokens included); it becomes the per-call ``reported_input_tokens``
+column, to compare with the rebuilt input length (``call_spans[i].start``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pipeline.segment import CallView, Segment, replay
+from schemas.rollout import MessageEvent, RewriteEvent, Rollout
+
+EXACT = "exact"
+
+# Every reason a segment can carry, with its meaning (docs/data.md and the README list
+# the same). Readers add entries with these names; unknown names pass through unchanged.
+REASONS: dict[str, str] = {
+    "slice_start": "the file starts mid-session: the history before its first record is missing",
+    "opaque_summary": "the context holds an opaque item (an encrypted summary) whose text is unknown",
+    "lost_records": "a record of the session was lost or could not be decoded",
+    "missing_system_prompt": "the log does not record the system prompt the model received",
+    "missing_tool_schemas": "the log does not record the tool schemas the model received",
+    "synthesized_summary_call": "the summary call was not logged; seam synthesized it",
+}
+
+# Reasons that mean the file is damaged (not merely silent about a part of the context):
+# such rollouts are quarantined unless --keep-damaged.
+DAMAGE = frozenset({"lost_records"})
+
+# Build counts: segments per context_fidelity value, as "fidelity_<reason>" keys.
+COUNT_PREFIX = "fidelity_"
+
+FIDELITY_KEY = "fidelity"
+OPAQUE_KEY = "opaque"
+REPORTED_KEY = "reported_input_tokens"
+
+
+def add_fidelity(meta: dict, reason: str, detail: str, event_id: str | None = None) -> None:
+    """Record one fidelity problem in a rollout's ``meta`` (the reader convention)."""
+    meta.setdefault(FIDELITY_KEY, []).append(
+        {"reason": reason, "event_id": event_id, "detail": detail}
+    )
+
+
+def entries(rollout: Rollout) -> list[dict]:
+    value = rollout.meta.get(FIDELITY_KEY) or []
+    return [e for e in value if isinstance(e, dict) and e.get("reason")]
+
+
+def damage(rollout: Rollout) -> str | None:
+    """One line naming the rollout's damage (reason and detail), or None if undamaged."""
+    found = [e for e in entries(rollout) if e["reason"] in DAMAGE]
+    if not found:
+        return None
+    return "; ".join(f"{e['reason']}: {e.get('detail') or ''}".rstrip(": ") for e in found)
+
+
+def _positions(rollout: Rollout) -> dict[str, int]:
+    """Event id → position in ``rollout.events`` (a message inside a rewrite's context
+    takes the rewrite's position)."""
+    where: dict[str, int] = {}
+    for i, event in enumerate(rollout.events):
+        where.setdefault(event.id, i)
+        if isinstance(event, RewriteEvent):
+            for item in event.context:
+                if isinstance(item, MessageEvent):
+                    where.setdefault(item.id, i)
+    return where
+
+
+def _has_opaque(rollout: Rollout) -> bool:
+    for event in rollout.events:
+        items = event.context if isinstance(event, RewriteEvent) else (event,)
+        if any(isinstance(m, MessageEvent) and OPAQUE_KEY in m.meta for m in items):
+            return True
+    return False
+
+
+def segment_fidelity(rollout: Rollout, segments: Sequence[Segment]) -> list[list[str]]:
+    """``context_fidelity`` of each segment: ``["exact"]`` or its sorted reasons.
+
+    A reason with an ``event_id`` applies to the segments whose last call comes at or
+    after that event (a segment's tokens are its last call's input and output); one
+    without (or with an id not in the rollout) applies to every segment. A segment whose
+    last call's context holds an opaque item gets ``opaque_summary``.
+    """
+    found = entries(rollout)
+    if not found and not _has_opaque(rollout):
+        return [[EXACT] for _ in segments]  # the common case: no second replay
+    calls: list[CallView] = replay(rollout)
+    where = _positions(rollout)
+    call_pos = [where[c.message.id] for c in calls]
+    result = []
+    for seg in segments:
+        last = seg.spans[-1].call_index if seg.spans else None
+        reasons: set[str] = set()
+        for e in found:
+            at = where.get(e.get("event_id")) if e.get("event_id") is not None else None
+            if at is None or last is None or call_pos[last] >= at:
+                reasons.add(str(e["reason"]))
+        if last is not None and any(OPAQUE_KEY in m.meta for m in calls[last].context):
+            reasons.add("opaque_summary")
+        result.append(sorted(reasons) or [EXACT])
+    return result
+
+
+def reported_input_tokens(rollout: Rollout, segment: Segment) -> list[int | None]:
+    """Per call of the segment (aligned with ``call_spans``): the input tokens the
+    provider reported for that call, or None where the log has no usage."""
+    calls = rollout.calls()
+    out: list[int | None] = []
+    for span in segment.spans:
+        value = calls[span.call_index].meta.get(REPORTED_KEY)
+        out.append(int(value) if isinstance(value, int) and not isinstance(value, bool) else None)
+    return out
