@@ -2,7 +2,8 @@
 
 They mix everything the segmenter must handle — tool calls, reasoning, budget
 compactions with a summary call and ``system ⊕ resume ⊕ last k steps``, context edits
-that drop observations, logged token ids (some with a non-canonical tokenization of
+that drop observations (dropping the newest one keeps the token prefix), rewrites that
+keep the whole context and append a note (prefix kept), logged token ids (some with a non-canonical tokenization of
 the output, so the next prompt re-tokenizes it differently) — and come with an oracle
 for what each call generated, written from the template's rules, not from seam's code.
 """
@@ -55,7 +56,7 @@ def rollouts(draw, task_id: str = "t", rollout_id: str = "r") -> Rollout:
     steps: list[list[MessageEvent]] = []
     compactions = 0
     for _ in range(draw(st.integers(1, 7))):
-        op = draw(st.sampled_from(["step", "step", "step", "compact", "edit"]))
+        op = draw(st.sampled_from(["step", "step", "step", "compact", "edit", "note"]))
         if op == "compact" and compactions < 3 and steps:
             compactions += 1
             q = MessageEvent(id=nid("m"), role="user", content="Summarize the work so far.")
@@ -85,6 +86,20 @@ def rollouts(draw, task_id: str = "t", rollout_id: str = "r") -> Rollout:
                     context=[Keep(id=m.id) for m in live],
                 )
             )
+            continue
+        if op == "note":
+            # A rewrite that keeps the whole live context and appends a user note: the
+            # token prefix is unchanged, so it must not be a seam.
+            note = MessageEvent(id=nid("m"), role="user", content=draw(WORDS))
+            events.append(
+                RewriteEvent(
+                    id=nid("w"),
+                    reason="edit",
+                    trigger="model",
+                    context=[Keep(id=m.id) for m in live] + [note],
+                )
+            )
+            live.append(note)
             continue
         n_calls = draw(st.integers(0, 2))
         calls = [

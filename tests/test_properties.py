@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from pipeline.advantage import group_advantages, trainable_tokens_after
 from pipeline.mask import MaskOptions, mask_segment
 from pipeline.render import template_message
 from pipeline.segment import Segmenter, replay
+from schemas.rollout import RewriteEvent
 from tests.strategies import TOOLS, log_token_ids, oracle_output, rollouts
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -60,13 +61,49 @@ def test_every_call_input_is_a_prefix_of_its_segment_as_apply_chat_template_rend
             assert renderer.decode(seg.tokens[: span.start]) == text
 
 
+def boundaries(tokenizer, rollout) -> list[tuple[RewriteEvent | None, bool]]:
+    """For each call after the first: the first rewrite since the previous call, and
+    whether the call's input (rendered by ``apply_chat_template``, the oracle) extends the
+    previous call's input ⊕ output. Outputs end with a special token, so a text prefix
+    there is a token prefix."""
+    texts, result = [], []
+    calls = replay(rollout)
+    for call in calls:
+        context = [template_message(m) for m in call.context]
+        texts.append(
+            tokenizer.apply_chat_template(
+                context, tools=TOOLS, add_generation_prompt=True, tokenize=False
+            )
+        )
+    for prev, call, before, now in zip(calls, calls[1:], texts, texts[1:]):
+        result.append((call.rewrite, now.startswith(before + oracle_output(prev.message))))
+    return result
+
+
 @SETTINGS
 @given(rollouts())
-def test_seams_are_exactly_the_rewrites_that_change_the_token_prefix(renderer, rollout):
+def test_seams_are_exactly_the_rewrites_that_change_the_token_prefix(renderer, tokenizer, rollout):
     segments = Segmenter(renderer).segments(rollout)
-    assert segments[0].seam_kind == "none"
-    assert all(s.seam_kind in ("compaction", "edit") for s in segments[1:])
+    cuts = [(rw, keeps) for rw, keeps in boundaries(tokenizer, rollout) if not keeps]
+    # chatml-tools re-renders nothing: only a rewrite can change the prefix.
+    assert all(rw is not None for rw, _ in cuts)
+    assert len(segments) == 1 + len(cuts)
+    assert [s.seam_kind for s in segments] == ["none"] + [rw.reason for rw, _ in cuts]
     assert sum(len(s.spans) for s in segments) == len(rollout.calls())
+
+
+def test_the_strategy_generates_rewrites_that_keep_and_that_change_the_prefix(tokenizer):
+    """Without both, the seam property above could not tell a segmenter that cuts at
+    every rewrite (or at none) from a correct one."""
+    quick = settings(database=None, max_examples=500, phases=[Phase.generate])
+    for keeps in (True, False):
+        find(
+            rollouts(),
+            lambda r, keeps=keeps: any(
+                rw is not None and k == keeps for rw, k in boundaries(tokenizer, r)
+            ),
+            settings=quick,
+        )
 
 
 @SETTINGS
