@@ -3,12 +3,15 @@ switch. AutoCompact filters its corrected trajectories for malformed requests, s
 loops and off-task continuations before SFT; seam adds unresolved rollouts
 (``--resolved-only``) and over-length segments.
 
-- ``malformed_request``: a tool call whose arguments are not a JSON object, a call of
-  a tool the rollout's tool list does not define, or a rollout that ends waiting for a
-  tool result (its last call asked for tools, and not to finish or to compact).
+- ``malformed_request``: a tool call whose arguments are not a JSON object (each tool
+  judged by its own kind: a ``custom`` (freeform) tool's input is raw text by design,
+  see ``meta.tool_kinds`` in docs/readers.md), a call of a tool the rollout's tool list
+  does not define, or a rollout that ends waiting for a tool result (its last call asked
+  for tools, and not to finish or to compact).
 - ``summary_loop``: two compactions with no action call between them, or consecutive
   summaries whose text is near-identical (``difflib`` ratio ≥ ``LOOP_SIMILARITY``):
-  the agent compacts instead of working.
+  the agent compacts instead of working. An opaque summary (an encrypted remote
+  compaction) has no known text and is never compared.
 - ``off_task``: the first calls after a compaction work only on files that appear
   nowhere before it — not in the history, the summary or the task: the agent lost the
   task with its context.
@@ -27,13 +30,15 @@ from judge.facts import classify, mentions_path, parse_arguments, paths_in
 from judge.history import POST_COMPACTION_CALLS, compactions
 from judge.workspace import workspace_state
 from pipeline.segment import replay
-from schemas.rollout import MessageEvent, Rollout
+from schemas.rollout import MessageEvent, RewriteEvent, Rollout
 
 # Working-state summaries share their headings and code excerpts, so consecutive summaries
 # of real progress are already 85-93% similar (difflib ratio on the embedded sample);
 # a summary rewritten without progress is >= 95% similar.
 LOOP_SIMILARITY = 0.95
 _ENDING_KINDS = ("submit", "compact")
+# Tool kinds whose input is not a JSON object by design (meta.tool_kinds of a call).
+_FREEFORM_KINDS = ("custom",)
 
 
 @dataclass(frozen=True)
@@ -76,8 +81,9 @@ def malformed_request(rollout: Rollout) -> tuple[str, str] | None:
     known = {t.get("function", t).get("name") for t in rollout.tools}
     calls = rollout.calls()
     for index, call in enumerate(calls):
+        kinds = call.meta.get("tool_kinds") or {}
         for tc in call.tool_calls:
-            if parse_arguments(tc) is None:
+            if kinds.get(tc.id) not in _FREEFORM_KINDS and parse_arguments(tc) is None:
                 return (
                     "malformed_request",
                     f"call {index}: arguments of {tc.name} are not a JSON object",
@@ -100,12 +106,15 @@ def malformed_request(rollout: Rollout) -> tuple[str, str] | None:
 
 def summary_loop(rollout: Rollout) -> tuple[str, str] | None:
     comps = compactions(rollout, replay(rollout))
+    opaque = _opaque_summaries(rollout)
     for first, second in zip(comps, comps[1:]):
         if not first.after:
             return (
                 "summary_loop",
                 f"compaction at {second.message_id} follows {first.message_id} with no action between",
             )
+        if first.message_id in opaque or second.message_id in opaque:
+            continue  # an encrypted summary's text is unknown: nothing to compare
         ratio = difflib.SequenceMatcher(None, first.summary, second.summary, autojunk=False).ratio()
         if ratio >= LOOP_SIMILARITY:
             return (
@@ -113,6 +122,18 @@ def summary_loop(rollout: Rollout) -> tuple[str, str] | None:
                 f"summaries {first.message_id} and {second.message_id} are {ratio:.0%} identical",
             )
     return None
+
+
+def _opaque_summaries(rollout: Rollout) -> set[str]:
+    """Ids of the messages a compaction rewrite inserted when it holds an opaque item
+    (``meta.opaque``): that rewrite's summary text is not known."""
+    found: set[str] = set()
+    for event in rollout.events:
+        if isinstance(event, RewriteEvent):
+            inserted = [m for m in event.context if isinstance(m, MessageEvent)]
+            if any("opaque" in m.meta for m in inserted):
+                found.update(m.id for m in inserted)
+    return found
 
 
 def off_task(rollout: Rollout) -> tuple[str, str] | None:

@@ -140,18 +140,22 @@ class RolloutBuilder:
         self.live = [item.id for item in context]
         return event
 
-    def match(self, candidates: list[Msg]) -> list[Keep | Msg]:
+    def match(self, candidates: list[Msg], with_reasoning: bool = False) -> list[Keep | Msg]:
         """Map a full new context onto the live one, in order: a candidate equal to a live
-        message becomes ``Keep`` of it, anything else stays a new message."""
+        message becomes ``Keep`` of it, anything else stays a new message. With
+        ``with_reasoning``, an assistant message is only equal if its reasoning is too (for
+        formats whose new context says exactly which reasoning it holds, e.g. Codex
+        ``replacement_history``: keeping a message by id would bring back reasoning the
+        new context dropped)."""
         items: list[Keep | Msg] = []
         pos = 0
         for cand in candidates:
-            key = self._key(cand)
+            key = self._key(cand, with_reasoning)
             hit = next(
                 (
                     j
                     for j in range(pos, len(self.live))
-                    if self._key(self.messages[self.live[j]]) == key
+                    if self._key(self.messages[self.live[j]], with_reasoning) == key
                 ),
                 None,
             )
@@ -178,17 +182,27 @@ class RolloutBuilder:
             meta["renamed_tool_call_ids"] = dict(self._renamed)
         return Rollout(events=self.events, meta=meta, **fields)
 
-    def _key(self, m: MessageEvent | Msg) -> tuple:
+    def _key(self, m: MessageEvent | Msg, with_reasoning: bool = False) -> tuple:
         """What makes two messages the same context item (ids and metadata aside)."""
         if isinstance(m, MessageEvent):
             calls = tuple((c.name, c.arguments) for c in m.tool_calls)
-            return m.role, m.content.strip(), calls, m.tool_call_id
-        calls = tuple(
-            (str(c.get("name") or "unknown"), as_arguments(c.get("arguments")))
-            for c in m.fields.get("tool_calls", [])
-        )
-        call_id = m.fields.get("tool_call_id")
-        return m.role, m.content.strip(), calls, self._alias.get(call_id, call_id)
+            key = m.role, m.content.strip(), calls, m.tool_call_id, _opaque(m.meta)
+            reasoning = m.reasoning
+        else:
+            calls = tuple(
+                (str(c.get("name") or "unknown"), as_arguments(c.get("arguments")))
+                for c in m.fields.get("tool_calls", [])
+            )
+            call_id = m.fields.get("tool_call_id")
+            key = (
+                m.role,
+                m.content.strip(),
+                calls,
+                self._alias.get(call_id, call_id),
+                _opaque(m.fields.get("meta") or {}),
+            )
+            reasoning = m.fields.get("reasoning")
+        return (*key, (reasoning or "").strip()) if with_reasoning else key
 
     def _event(self, m: Msg, answer: bool) -> MessageEvent | None:
         fields = dict(m.fields)
@@ -221,6 +235,14 @@ class RolloutBuilder:
             "name": str(call.get("name") or "unknown"),
             "arguments": as_arguments(call.get("arguments")),
         }
+
+
+def _opaque(meta: dict) -> tuple | None:
+    """An opaque item (its text a placeholder) equals only the same opaque item: two
+    encrypted summaries share their placeholder but not their ciphertext."""
+    if "opaque" not in meta:
+        return None
+    return meta["opaque"], meta.get("encrypted_content")
 
 
 OPENAI_ROLES = {

@@ -4,21 +4,43 @@ The model's input is the ``response_item`` stream (plus ``base_instructions`` fr
 ``session_meta``, sent as the system prompt of every request); ``event_msg`` records are
 UI events that repeat those items, so they are skipped with their type as reason.
 One call of the model is the run of output items (reasoning, assistant message,
-function / custom / local-shell / tool-search calls, built-in web search or image
-generation) between two input items; a ``token_count`` event or a ``turn_context`` also
-ends a call, since Codex writes them after each response.
+function / custom / local-shell / tool-search calls, image generation) between two input
+items; a ``token_count`` event or a ``turn_context`` also ends a call, since Codex writes
+them after each response. The input items keep the order the Responses API received
+them: a ``developer`` message Codex records between a call and its output (an approval
+notice) stays there, and the output still answers its call. ``token_count``'s
+``last_token_usage.input_tokens`` (cached tokens included) becomes the call's
+``meta.reported_input_tokens``.
 
-Rewrites: ``compacted`` replaces the history by ``replacement_history`` (copies of live
-messages are kept by id; a remote compaction's encrypted ``compaction`` item is kept as
-an opaque user message flagged ``meta.opaque``, never dropped). Old files without
-``replacement_history`` are rebuilt the way Codex did: system and user messages kept,
-the summary appended. ``thread_rolled_back`` drops the last ``num_turns`` user turns.
-A file may hold several sessions: each ``session_meta`` starts a rollout.
+Tool kinds (``meta.tool_kinds`` of the assistant message, call id → kind, for calls that
+are not JSON function calls): ``custom`` for a ``custom_tool_call`` (a freeform tool such
+as ``apply_patch``: its input is raw text by design, kept verbatim as the arguments),
+``local_shell`` / ``tool_search`` for those items, ``builtin`` for a ``web_search_call``.
+A web search is run by the provider inside the response: the call is the assistant
+message up to the ``web_search_call`` (a tool call ``web_search`` whose arguments are
+the item's ``action``), the results the model then read are not in the log, so they are
+an opaque tool result (``meta.opaque = "web_search_results"``, placeholder content) and
+the rollout's ``meta.fidelity`` says so; the rest of the response is the next call.
+
+Rewrites: ``compacted`` replaces the history by exactly ``replacement_history``, in its
+order (a live message is kept by id only when it is equal, reasoning included). A
+remote compaction's encrypted ``compaction`` item is an opaque user message
+(``meta.opaque = "encrypted_compaction"``, placeholder content, never an empty turn),
+the rewrite says ``meta.remote: true`` and ``meta.fidelity`` records ``opaque_summary``.
+Old files without ``replacement_history`` are rebuilt the way Codex did: system and
+user messages kept, the summary appended. ``thread_rolled_back`` drops the last
+``num_turns`` user turns.
+
+Sessions: each ``session_meta`` id is one rollout. Codex Desktop writes a new
+``session_meta`` on every resumed turn: a ``session_meta`` whose id was seen before
+continues that session (counted in ``meta.resumed``). ``rollouts_from_records`` does
+this over any list of records, so records of one session from several files can be
+read together.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, register
@@ -32,7 +54,7 @@ from pipeline.readers.common import (
     iter_json_records,
     reason_of,
 )
-from schemas.rollout import Keep
+from schemas.rollout import Keep, MessageEvent
 
 CALL_ITEMS = {
     "function_call": "arguments",
@@ -48,6 +70,17 @@ OUTPUT_ITEMS = {
     "tool_search_output",
 }
 OPAQUE_ITEMS = {"compaction", "compaction_summary"}
+# Canonical tool kinds of the call items that are not JSON function calls.
+TOOL_KINDS = {
+    "custom_tool_call": "custom",
+    "local_shell_call": "local_shell",
+    "tool_search_call": "tool_search",
+    "web_search_call": "builtin",
+}
+# Placeholders of the opaque items (documented in docs/readers.md, "Codex").
+ENCRYPTED_SUMMARY = "[compaction summary: encrypted by the provider, its text is not in the log]"
+WEB_SEARCH_RESULTS = "[web search results: read by the model, not recorded in the log]"
+Records = Iterable[tuple[int | None, dict | None, str | None, str]]
 ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant"}
 # User-role messages Codex injects (environment context, AGENTS.md); they do not start a turn.
 INJECTED_PREFIXES = ("<", "# AGENTS.md")
@@ -61,6 +94,21 @@ def _is_output(item: dict) -> bool:
         or kind == "reasoning"
         or kind in CALL_ITEMS
         or kind in BUILTIN_ITEMS
+    )
+
+
+def _fidelity(reason: str, event_id: str | None, detail: str) -> dict:
+    """One ``rollout.meta["fidelity"]`` entry (the reader convention, docs/data.md)."""
+    return {"reason": reason, "event_id": event_id, "detail": detail}
+
+
+def _web_search_result(call_id: str, id: str) -> Msg:
+    return msg(
+        "tool",
+        WEB_SEARCH_RESULTS,
+        id=id,
+        tool_call_id=call_id,
+        meta={"opaque": "web_search_results"},
     )
 
 
@@ -85,16 +133,20 @@ class _Call:
             )
             if item.get("encrypted_content"):
                 self.meta["encrypted_reasoning"] = True
-        elif kind in CALL_ITEMS:
+        elif kind in CALL_ITEMS or kind == "web_search_call":
+            call_id = (
+                item.get("call_id") or item.get("id") or f"{kind}@L{self.line}.{len(self.calls)}"
+            )
+            search = kind == "web_search_call"
             self.calls.append(
                 {
-                    "id": item.get("call_id") or item.get("id"),
-                    "name": item.get("name") or kind,
-                    "arguments": as_arguments(item.get(CALL_ITEMS[kind])),
+                    "id": call_id,
+                    "name": "web_search" if search else item.get("name") or kind,
+                    "arguments": as_arguments(item.get("action" if search else CALL_ITEMS[kind])),
                 }
             )
-            if kind != "function_call":
-                self.meta.setdefault("call_types", {})[str(self.calls[-1]["id"])] = kind
+            if kind in TOOL_KINDS:
+                self.meta.setdefault("tool_kinds", {})[str(call_id)] = TOOL_KINDS[kind]
         else:
             self.meta.setdefault("builtin_calls", []).append(
                 {k: v for k, v in item.items() if k != "metadata"}
@@ -134,9 +186,9 @@ def _input_message(item: dict) -> Msg | None:
     if kind in OPAQUE_ITEMS:
         return msg(
             "user",
-            "",
+            ENCRYPTED_SUMMARY,
             meta={
-                "opaque": True,
+                "opaque": "encrypted_compaction",
                 "codex_item": kind,
                 "encrypted_content": item.get("encrypted_content"),
             },
@@ -145,8 +197,9 @@ def _input_message(item: dict) -> Msg | None:
 
 
 def history_messages(items: list) -> tuple[list[Msg], list[str]]:
-    """``replacement_history`` items as messages (output runs merged into calls), and the
-    types of the items that are not context (recorded on the rewrite)."""
+    """``replacement_history`` items as messages (output runs merged into calls, a web
+    search closing its call with its opaque result), and the types of the items that
+    are not context (recorded on the rewrite)."""
     out: list[Msg] = []
     others: list[str] = []
     call = _Call()
@@ -156,6 +209,10 @@ def history_messages(items: list) -> tuple[list[Msg], list[str]]:
             continue
         if _is_output(item):
             call.add(item)
+            if item.get("type") == "web_search_call":
+                out.append(call.message())
+                out.append(_web_search_result(str(call.calls[-1]["id"]), ""))
+                call = _Call()
             continue
         if call:
             out.append(call.message())
@@ -171,14 +228,20 @@ def history_messages(items: list) -> tuple[list[Msg], list[str]]:
 
 
 class _Session:
-    def __init__(self, meta: dict, line: int) -> None:
+    def __init__(self, meta: dict, line: int | None) -> None:
         self.meta = meta
         self.first = line
         self.records = 0
-        self.builder = RolloutBuilder(fill_missing_results=True, fill_before=("user", "system"))
+        self.resumed = 0
+        # Only a user turn closes a call still waiting for its output (Codex then sends a
+        # placeholder itself); a developer message may come between a call and its output.
+        self.builder = RolloutBuilder(fill_missing_results=True, fill_before=("user",))
         self.call = _Call()
         self.turn_starts: set[str] = set()
         self.models: list[str] = []
+        self.fidelity: list[dict] = []
+        # Calls of the response in progress: its token_count names its input size.
+        self.response_calls: list[str] = []
         self.base_id: str | None = None
         instructions = meta.get("base_instructions") or {}
         text = instructions.get("text") if isinstance(instructions, dict) else instructions
@@ -191,8 +254,83 @@ class _Session:
 
     def flush(self) -> None:
         if self.call:
-            self.builder.append(self.call.message())
+            event = self.builder.append(self.call.message())
+            self.response_calls.append(event.id)
             self.call = _Call()
+
+    def append_input(self, m: Msg) -> MessageEvent | None:
+        self.flush()
+        self.response_calls = []
+        return self.builder.append(m)
+
+    def web_search(self, line: int) -> None:
+        """The model's output stops at a web search; the provider runs it and the model
+        reads results the log does not hold (an opaque tool result), then goes on."""
+        call_id = str(self.call.calls[-1]["id"])
+        self.flush()
+        result = self.builder.append(_web_search_result(call_id, f"L{line}:results"))
+        self.fidelity.append(
+            _fidelity(
+                "opaque_tool_result",
+                result.id,
+                f"web search {call_id}: its results are not in the log",
+            )
+        )
+
+    def report_usage(self, info: object) -> None:
+        """``token_count``: the provider's input tokens for the response just ended (set
+        only when that response is one call: a web search splits it into several)."""
+        self.flush()
+        usage = info.get("last_token_usage") if isinstance(info, dict) else None
+        tokens = usage.get("input_tokens") if isinstance(usage, dict) else None
+        if len(self.response_calls) == 1 and isinstance(tokens, int) and tokens > 0:
+            call = self.builder.messages[self.response_calls[0]]
+            self.builder.update(call.id, meta={**call.meta, "reported_input_tokens": tokens})
+        self.response_calls = []
+
+
+def rollouts_from_records(records: Records, default_id: str) -> Iterator[ReadItem]:
+    """Codex records (``(line, record, parse error, raw text)`` in order, from one file
+    or several) → one rollout per ``session_meta`` id, in order of first appearance; a
+    ``session_meta`` whose id was seen before continues that session. Records before any
+    ``session_meta`` form a session named ``default_id``."""
+    sessions: dict[str, _Session] = {}
+    session: _Session | None = None
+    for line, rec, error, raw in records:
+        if error:
+            yield Rejected(line, error, raw)
+            continue
+        rtype, payload = rec.get("type"), rec.get("payload")
+        payload = payload if isinstance(payload, dict) else {}
+        if rtype == "session_meta":
+            key = str(payload.get("id") or payload.get("session_id") or default_id)
+            if key in sessions:
+                session = sessions[key]
+                session.resumed += 1
+                session.records += 1
+                continue
+            try:
+                session = sessions[key] = _Session(payload, line)
+            except BAD_CONTENT as exc:
+                session = sessions[key] = _Session({}, line)
+                yield Rejected(line, f"session_meta: {reason_of(exc)}", raw)
+                continue
+            session.records += 1
+            continue
+        if session is None:
+            session = sessions.setdefault(default_id, _Session({}, line))
+        try:
+            skip = _record(session, rtype, payload, line)
+        except BAD_CONTENT as exc:
+            yield Rejected(line, f"{rtype}: {reason_of(exc)}", raw)
+            continue
+        if skip:
+            yield Skipped(line, skip)
+        else:
+            session.records += 1
+    ids = UniqueNames()
+    for key, s in sessions.items():
+        yield from _finish(s, key, ids)
 
 
 @register
@@ -210,160 +348,146 @@ class CodexReader(Reader):
         )
 
     def read(self, path: Path) -> Iterator[ReadItem]:
-        session: _Session | None = None
-        ids = UniqueNames()
-        for line, rec, error, raw in iter_json_records(path):
-            if error:
-                yield Rejected(line, error, raw)
-                continue
-            rtype, payload = rec.get("type"), rec.get("payload")
-            payload = payload if isinstance(payload, dict) else {}
-            if rtype == "session_meta" or session is None:
-                if session is not None:
-                    yield from self._finish(session, path, ids)
-                try:
-                    session = _Session(payload if rtype == "session_meta" else {}, line)
-                except BAD_CONTENT as exc:
-                    session = _Session({}, line)
-                    yield Rejected(line, f"session_meta: {reason_of(exc)}", raw)
-                    continue
-                if rtype == "session_meta":
-                    session.records += 1
-                    continue
-            try:
-                skip = self._record(session, rtype, payload, line)
-            except BAD_CONTENT as exc:
-                yield Rejected(line, f"{rtype}: {reason_of(exc)}", raw)
-                continue
-            if skip:
-                yield Skipped(line, skip)
-            else:
-                session.records += 1
-        if session is not None:
-            yield from self._finish(session, path, ids)
+        yield from rollouts_from_records(iter_json_records(path), path.stem)
 
-    def _record(self, s: _Session, rtype: str, payload: dict, line: int) -> str | None:
-        """Apply one record to the session; returns a skip reason if it adds nothing."""
-        kind = payload.get("type")
-        if rtype == "event_msg":
-            if kind == "thread_rolled_back":
-                s.flush()
-                self._rollback(s, int(payload.get("num_turns") or 0), line)
-                return None
-            if kind == "token_count":
-                s.flush()
-            return f"event_msg/{kind}: UI event, repeats or annotates the model input"
-        if rtype == "turn_context":
+
+def _record(s: _Session, rtype: str, payload: dict, line: int | None) -> str | None:
+    """Apply one record to the session; returns a skip reason if it adds nothing."""
+    kind = payload.get("type")
+    if rtype == "event_msg":
+        if kind == "thread_rolled_back":
             s.flush()
-            if payload.get("model") and payload["model"] not in s.models:
-                s.models.append(payload["model"])
+            _rollback(s, int(payload.get("num_turns") or 0), line)
             return None
-        if rtype == "compacted":
-            s.flush()
-            self._compaction(s, payload, line)
-            return None
-        if rtype != "response_item":
-            return f"'{rtype}' record: not model input"
-        if kind == "ghost_snapshot":
-            return "response_item/ghost_snapshot: undo bookkeeping, not model input"
-        if _is_output(payload):
-            s.call.line = s.call.line or line
-            s.call.add(payload)
-            return None
-        m = _input_message(payload)
-        if m is None:
-            return f"response_item/{kind}: not a message or call seam knows"
+        if kind == "token_count":
+            s.report_usage(payload.get("info"))
+        return f"event_msg/{kind}: UI event, repeats or annotates the model input"
+    if rtype == "turn_context":
         s.flush()
-        if m.role == "tool" and not s.builder.is_open(m.fields["tool_call_id"]):
-            return f"response_item/{kind} for a call that is not open in this session"
-        m.id = f"L{line}"
-        event = s.builder.append(m)
-        if m.role == "user" and not m.content.lstrip().startswith(INJECTED_PREFIXES):
-            s.turn_starts.add(event.id)
+        if payload.get("model") and payload["model"] not in s.models:
+            s.models.append(payload["model"])
         return None
+    if rtype == "compacted":
+        s.flush()
+        _compaction(s, payload, line)
+        return None
+    if rtype != "response_item":
+        return f"'{rtype}' record: not model input"
+    if kind == "ghost_snapshot":
+        return "response_item/ghost_snapshot: undo bookkeeping, not model input"
+    if _is_output(payload):
+        s.call.line = s.call.line or line
+        s.call.add(payload)
+        if kind == "web_search_call":
+            s.web_search(line)
+        return None
+    m = _input_message(payload)
+    if m is None:
+        return f"response_item/{kind}: not a message or call seam knows"
+    s.flush()
+    if m.role == "tool" and not s.builder.is_open(m.fields["tool_call_id"]):
+        return f"response_item/{kind} for a call that is not open in this session"
+    m.id = f"L{line}"
+    event = s.append_input(m)
+    if m.role == "user" and not m.content.lstrip().startswith(INJECTED_PREFIXES):
+        s.turn_starts.add(event.id)
+    return None
 
-    @staticmethod
-    def _compaction(s: _Session, payload: dict, line: int) -> None:
-        history = payload.get("replacement_history")
-        meta = {
-            k: payload[k]
-            for k in ("window_id", "window_number", "previous_window_id", "first_window_id")
-            if k in payload
-        }
-        meta["line"] = line
-        if isinstance(history, list):
-            new, others = history_messages(history)
-            if others:
-                meta["not_context_items"] = others
-            for i, m in enumerate(new):
-                m.id = f"L{line}.{i}"
-            items = ([Keep(id=s.base_id)] if s.base_id else []) + s.builder.match(new)
-            meta["remote"] = not payload.get("message") and any(
-                m.fields.get("meta", {}).get("opaque") for m in new
-            )
-        else:
-            kept = [
-                Keep(id=m.id) for m in s.builder.live_messages() if m.role in ("system", "user")
-            ]
-            summary = msg(
-                "user",
-                str(payload.get("message") or ""),
-                id=f"L{line}",
-                meta={"compact_summary": True},
-            )
-            items = kept + [summary]
-            meta["reconstructed"] = (
-                "no replacement_history: system and user messages kept, summary appended"
-            )
-        s.builder.rewrite("compaction", "budget", items, id=f"compacted@{line}", meta=meta)
 
-    @staticmethod
-    def _rollback(s: _Session, turns: int, line: int) -> None:
-        live = s.builder.live_messages()
-        starts = [i for i, m in enumerate(live) if m.id in s.turn_starts]
-        cut = starts[-turns] if 0 < turns <= len(starts) else (0 if turns else len(live))
-        s.builder.rewrite(
-            "edit",
-            "manual",
-            [Keep(id=m.id) for m in live[:cut]],
-            id=f"rollback@{line}",
-            meta={"num_turns": turns, "line": line},
+def _compaction(s: _Session, payload: dict, line: int | None) -> None:
+    history = payload.get("replacement_history")
+    meta = {
+        k: payload[k]
+        for k in ("window_id", "window_number", "previous_window_id", "first_window_id")
+        if k in payload
+    }
+    meta["line"] = line
+    rewrite_id = f"compacted@{line}"
+    if isinstance(history, list):
+        new, others = history_messages(history)
+        if others:
+            meta["not_context_items"] = others
+        for i, m in enumerate(new):
+            m.id = f"L{line}.{i}"
+        items = ([Keep(id=s.base_id)] if s.base_id else []) + s.builder.match(
+            new, with_reasoning=True
         )
+        meta["remote"] = any("opaque" in m.fields.get("meta", {}) for m in new)
+        if meta["remote"]:
+            s.fidelity.append(
+                _fidelity(
+                    "opaque_summary",
+                    rewrite_id,
+                    "remote compaction: the summary is encrypted by the provider",
+                )
+            )
+    else:
+        kept = [Keep(id=m.id) for m in s.builder.live_messages() if m.role in ("system", "user")]
+        summary = msg(
+            "user",
+            str(payload.get("message") or ""),
+            id=f"L{line}",
+            meta={"compact_summary": True},
+        )
+        items = kept + [summary]
+        meta["reconstructed"] = (
+            "no replacement_history: system and user messages kept, summary appended"
+        )
+    s.builder.rewrite("compaction", "budget", items, id=rewrite_id, meta=meta)
+    s.response_calls = []
 
-    def _finish(self, s: _Session, path: Path, ids: UniqueNames) -> Iterator[ReadItem]:
-        try:
-            s.flush()
-        except BAD_CONTENT as exc:
-            yield Rejected(s.first, f"session: {reason_of(exc)}", records=s.records)
-            return
-        session_id = str(s.meta.get("id") or s.meta.get("session_id") or path.stem)
-        if not s.builder.has_calls():
-            yield Rejected(
-                s.first,
-                f"session {session_id} has no model call ({s.records} records)",
-                records=s.records,
-            )
-            return
-        meta = {
-            k: s.meta[k]
-            for k in ("cwd", "cli_version", "originator", "forked_from_id")
-            if s.meta.get(k)
-        }
-        meta["session_id"] = session_id
-        if len(s.models) > 1:
-            meta["models"] = s.models
-        parent = s.meta.get("parent_thread_id") or s.meta.get("forked_from_id")
-        rollout_id = ids.claim(session_id)
-        try:
-            rollout = s.builder.build(
-                rollout_id=rollout_id,
-                task_id=session_id,
-                source=self.name,
-                model=s.models[0] if s.models else None,
-                meta=meta,
-                parent_rollout_id=str(parent) if parent else None,
-            )
-        except BAD_CONTENT as exc:
-            yield Rejected(s.first, f"session {rollout_id}: {reason_of(exc)}", records=s.records)
-            return
-        yield Accepted(rollout, s.first, records=s.records)
+
+def _rollback(s: _Session, turns: int, line: int | None) -> None:
+    live = s.builder.live_messages()
+    starts = [i for i, m in enumerate(live) if m.id in s.turn_starts]
+    cut = starts[-turns] if 0 < turns <= len(starts) else (0 if turns else len(live))
+    s.builder.rewrite(
+        "edit",
+        "manual",
+        [Keep(id=m.id) for m in live[:cut]],
+        id=f"rollback@{line}",
+        meta={"num_turns": turns, "line": line},
+    )
+    s.response_calls = []
+
+
+def _finish(s: _Session, session_id: str, ids: UniqueNames) -> Iterator[ReadItem]:
+    try:
+        s.flush()
+    except BAD_CONTENT as exc:
+        yield Rejected(s.first, f"session: {reason_of(exc)}", records=s.records)
+        return
+    if not s.builder.has_calls():
+        yield Rejected(
+            s.first,
+            f"session {session_id} has no model call ({s.records} records)",
+            records=s.records,
+        )
+        return
+    meta = {
+        k: s.meta[k]
+        for k in ("cwd", "cli_version", "originator", "forked_from_id")
+        if s.meta.get(k)
+    }
+    meta["session_id"] = session_id
+    if len(s.models) > 1:
+        meta["models"] = s.models
+    if s.resumed:
+        meta["resumed"] = s.resumed
+    if s.fidelity:
+        meta["fidelity"] = s.fidelity
+    parent = s.meta.get("parent_thread_id") or s.meta.get("forked_from_id")
+    rollout_id = ids.claim(session_id)
+    try:
+        rollout = s.builder.build(
+            rollout_id=rollout_id,
+            task_id=session_id,
+            source=CodexReader.name,
+            model=s.models[0] if s.models else None,
+            meta=meta,
+            parent_rollout_id=str(parent) if parent else None,
+        )
+    except BAD_CONTENT as exc:
+        yield Rejected(s.first, f"session {rollout_id}: {reason_of(exc)}", records=s.records)
+        return
+    yield Accepted(rollout, s.first, records=s.records)

@@ -5,6 +5,7 @@ import gzip
 import pytest
 import zstandard
 
+from pipeline.readers.codex import ENCRYPTED_SUMMARY
 from tests.readers.util import accounted, fixture, nonblank_lines, only, read, shape
 
 BASE = ("system", "base_instructions", "You are Codex, a coding agent.")
@@ -49,13 +50,20 @@ def test_remote_compaction_keeps_the_encrypted_summary_as_an_opaque_flagged_mess
     rollout = only("codex", fixture("codex", "compacted_remote.jsonl"))
     rewrite = next(e for e in rollout.events if e.type == "rewrite")
     opaque = rewrite.context[-1]
-    assert opaque.role == "user" and opaque.content == ""
+    assert opaque.role == "user" and opaque.content == ENCRYPTED_SUMMARY
     assert opaque.meta == {
-        "opaque": True,
+        "opaque": "encrypted_compaction",
         "codex_item": "compaction",
         "encrypted_content": "gAAAAB-remote-summary",
     }
     assert rewrite.meta["remote"] is True and rewrite.meta["window_id"] == "w-2"
+    assert rollout.meta["fidelity"] == [
+        {
+            "reason": "opaque_summary",
+            "event_id": rewrite.id,
+            "detail": "remote compaction: the summary is encrypted by the provider",
+        }
+    ]
 
 
 def test_legacy_compaction_without_replacement_history_is_rebuilt_from_user_messages_and_summary():
