@@ -32,7 +32,8 @@ def test_a_directory_of_mixed_formats_ingests_with_every_line_accounted_for(tmp_
     assert len(quarantine) == summary["total"]["rejected"]
     assert {q["format"] for q in quarantine} <= {"openai-messages", "unrecognised", "claude-code"}
     assert all({"file", "line", "format", "reason"} <= set(q) for q in quarantine)
-    assert summary["formats"]["codex"]["rewrite:compaction"] == 3
+    # compacted_local, _legacy, _remote (1 each), _remote_twice (2), _drops_reasoning (1)
+    assert summary["formats"]["codex"]["rewrite:compaction"] == 6
 
 
 def test_rewards_file_is_joined_and_reported(tmp_path):
