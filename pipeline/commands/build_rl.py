@@ -161,6 +161,8 @@ def run_configured_build(config, title: str) -> int:
             f"{reason}{where}: the build in {config.out} stopped and left no partial shard; fix this and "
             "rerun the same command (finished tasks resume)"
         ) from None
+    if config.kind == "rl" and not result.counts.get("accepted"):
+        raise UsageError(_why_nothing_accepted(result))
     if result.up_to_date:
         print(f"{result.out} is up to date (same inputs, tokenizer and options); nothing to do.")
     print_summary(
@@ -177,6 +179,29 @@ def run_configured_build(config, title: str) -> int:
         f"wrote {len(result.shards)} shard(s), quarantine.jsonl, manifest.json, README.md to {result.out}"
     )
     return 0
+
+
+def _why_nothing_accepted(result) -> str:
+    """One line for an RL build that accepted no rollout: what to pass or where to look."""
+    import json
+
+    reasons = [
+        json.loads(line).get("reason") or ""
+        for line in (result.out / "quarantine.jsonl").read_text().splitlines()
+    ]
+    read = result.counts.get("read", 0)
+    if reasons and any("no reward and no resolved outcome" in r for r in reasons):
+        n = sum("no reward and no resolved outcome" in r for r in reasons)
+        return (
+            f"no rollout accepted: {n} of {read} rollout(s) record no outcome; pass --rewards FILE "
+            "(CSV or JSONL: rollout_id or session_id, reward; docs/readers.md)"
+        )
+    if not read:
+        return "no rollout accepted: the inputs hold no model call (see the skipped counts of seam ingest)"
+    return (
+        f"no rollout accepted: all {read} quarantined (first reason: {reasons[0][:160]}); "
+        f"see {result.out / 'quarantine.jsonl'}"
+    )
 
 
 def run(args) -> int:

@@ -6,7 +6,8 @@ rollout by ``rollout_id``, ``session_id`` or ``id`` and gives ``reward`` (a numb
 optionally ``task_id`` (the GRPO group key) and ``resolved`` (true/false). A rollout
 matches a row by its ``rollout_id`` first, then by ``meta.session_id`` (so a Claude
 Code sub-agent rollout gets its session's outcome). A row value replaces the value the
-reader found. A malformed file fails before any work, naming the line.
+reader found. A malformed file fails before any work, naming the line; so do two rows
+for one id with different outcomes (naming both lines). Identical repeats are allowed.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def load_rewards(path: Path) -> dict[str, Outcome]:
                 except json.JSONDecodeError as exc:
                     raise RewardsError(f"rewards file {path}:{i}: invalid JSON: {exc}") from None
     table: dict[str, Outcome] = {}
+    first_line: dict[str, int] = {}
     for line, row in rows:
         if not isinstance(row, dict):
             raise RewardsError(
@@ -62,10 +64,25 @@ def load_rewards(path: Path) -> dict[str, Outcome]:
         if key is None:
             raise RewardsError(f"rewards file {path}:{line}: no {' / '.join(ID_FIELDS)} column")
         task = str(row["task_id"]) if row.get("task_id") else None
-        table[key] = Outcome(
+        outcome = Outcome(
             _number(row.get("reward"), path, line), task, _flag(row.get("resolved"), path, line)
         )
+        if key in table and table[key] != outcome:
+            # Taking either row would train on an outcome chosen by file order.
+            raise RewardsError(
+                f"rewards file {path}: lines {first_line[key]} and {line} give {key!r} different "
+                f"outcomes ({_show(table[key])} vs {_show(outcome)}); keep one row per rollout"
+            )
+        table[key] = outcome
+        first_line.setdefault(key, line)
     return table
+
+
+def _show(outcome: Outcome) -> str:
+    return (
+        ", ".join(f"{name}={value}" for name, value in vars(outcome).items() if value is not None)
+        or "no outcome"
+    )
 
 
 def _number(value: object, path: Path, line: int) -> float | None:

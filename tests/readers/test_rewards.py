@@ -39,6 +39,10 @@ def test_jsonl_rows_join_by_rollout_id_first(tmp_path):
             "rollout_id,reward,resolved\nr1,1,maybe\n",
             r"rewards.csv:2: resolved 'maybe' is not true/false",
         ),
+        (
+            "rollout_id,reward\nr1,1\nr2,0\nr1,0\n",
+            r"rewards.csv: lines 2 and 4 give 'r1' different outcomes \(reward=1.0 vs reward=0.0\)",
+        ),
     ],
 )
 def test_a_malformed_rewards_file_fails_naming_the_line(tmp_path, text, message):
@@ -46,3 +50,9 @@ def test_a_malformed_rewards_file_fails_naming_the_line(tmp_path, text, message)
     path.write_text(text)
     with pytest.raises(RewardsError, match=message):
         load_rewards(path)
+
+
+def test_identical_repeated_rows_are_one_outcome(tmp_path):
+    path = tmp_path / "rewards.csv"
+    path.write_text("rollout_id,reward\nr1,1\nr1,1.0\n")
+    assert load_rewards(path)["r1"].reward == 1.0
