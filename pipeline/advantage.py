@@ -7,7 +7,9 @@ GRPO (over **rollouts**, never over segments):
 where g(r) is the rollout's task group and std is the population standard deviation.
 Every segment of rollout r gets A_r. Normalizing over segment rows instead would give
 a rollout that compacted k times k+1 votes in the mean — the segment-count bias. A
-group of one has no baseline: its advantage is 0 and it is counted in the report.
+group of one has no baseline: its advantage is 0 and it is counted in the report. A
+rollout and its sub-agents are one vote (``write.vote_roots``): only the top-level
+rollout enters the group; its sub-agents get its A_r.
 
 PPO metadata for cross-trajectory GAE (CompactionRL), per segment s of a rollout:
 ``n_s`` = trainable tokens of s, and ``N_{>s} = Σ_{t>s} n_t``, so the trainer can

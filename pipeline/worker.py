@@ -341,10 +341,13 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
 
 def group_table(table: pa.Table) -> dict[str, list]:
     """The task's rollouts that have rows, for GRPO groups: task id, reward (None for
-    NaN: no outcome) and rollout ordinal. Returned with the counts, so finalizing never
-    re-reads the parts to group them."""
+    NaN: no outcome), rollout ordinal, and rollout and parent ids (a rollout and its
+    sub-agents are one vote). Returned with the counts, so finalizing never re-reads the
+    parts to group them."""
     first = table.filter(pc.equal(table["segment_index"], 0))
     return {
+        "rollout_id": first["rollout_id"].to_pylist(),
+        "parent_rollout_id": first["parent_rollout_id"].to_pylist(),
         "task_id": first["task_id"].to_pylist(),
         "reward": [None if math.isnan(r) else r for r in first["reward"].to_pylist()],
         "ordinal": first[ROLLOUT_ORDINAL].to_pylist(),

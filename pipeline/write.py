@@ -36,19 +36,30 @@ def compute_group_stats(
 
     ``results`` are the tasks' results, each with its ``groups`` table (task id, reward,
     ordinal of every rollout that has rows; ``worker.group_table``)."""
-    keys, rewards, owners = [], [], []
+    keys, rewards, owners, ids, parents = [], [], [], [], []
     for r in results:
         groups = r["groups"]
         keys.extend(groups["task_id"])
         rewards.extend(np.nan if x is None else x for x in groups["reward"])
         owners.extend((r["task"], o) for o in groups["ordinal"])
+        # Parts written before sub-agents were linked carry no ids: every rollout votes.
+        n = len(groups["task_id"])
+        ids.extend(groups.get("rollout_id") or [None] * n)
+        parents.extend(groups.get("parent_rollout_id") or [None] * n)
     result: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if not keys:
         return result, 0
-    adv, sizes = group_advantages(
-        np.array(keys, dtype=object), np.array(rewards, dtype=np.float64), use_std
+    root = vote_roots(ids, parents)
+    voters = sorted(set(root))
+    vote_adv, vote_sizes = group_advantages(
+        np.array([keys[i] for i in voters], dtype=object),
+        np.array([rewards[i] for i in voters], dtype=np.float64),
+        use_std,
     )
-    groups_of_one = len({k for k, n in zip(keys, sizes) if n == 1})
+    by_voter = {v: (a, n) for v, a, n in zip(voters, vote_adv, vote_sizes)}
+    adv = [by_voter[root[i]][0] for i in range(len(keys))]
+    sizes = [by_voter[root[i]][1] for i in range(len(keys))]
+    groups_of_one = len({keys[v] for v in voters if by_voter[v][1] == 1})
     per_task: dict[int, list[tuple[int, float, int]]] = {}
     for (t, o), a, s in zip(owners, adv, sizes):
         per_task.setdefault(t, []).append((o, a, s))
@@ -59,6 +70,26 @@ def compute_group_stats(
             a_arr[o], s_arr[o] = a, s
         result[t] = (a_arr, s_arr)
     return result, groups_of_one
+
+
+def vote_roots(ids: list[str | None], parents: list[str | None]) -> list[int]:
+    """For each rollout, the index of the rollout that votes for it in its GRPO group.
+
+    A rollout and its sub-agents (``parent_rollout_id``, followed up to the top) are one
+    vote: counting each sub-agent as a rollout would give a session with k sub-agents
+    k+1 votes in its group's mean and std (the segment-count bias again). A sub-agent
+    whose parent is not in the build votes for itself. Index order decides nothing but
+    which row stands for the vote, so the result is independent of the task order.
+    """
+    index = {rid: i for i, rid in enumerate(ids) if rid is not None}
+    roots = []
+    for i in range(len(ids)):
+        at, seen = i, {i}
+        while parents[at] is not None and parents[at] in index and index[parents[at]] not in seen:
+            at = index[parents[at]]
+            seen.add(at)
+        roots.append(at)
+    return roots
 
 
 def plan_shards(
