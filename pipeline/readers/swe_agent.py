@@ -8,6 +8,15 @@ step has a ``query`` that is not the live context, the call is preceded by an ``
 rewrite to that query (unchanged messages kept by id). Replayed demonstrations reuse
 tool call ids; they are renamed per rollout (see ``common``). SWE-agent records no
 reward: ``info.exit_status`` and whether a ``submission`` exists go to ``meta.outcome``.
+
+Steps and history: the n-th ``trajectory`` step is the n-th non-demonstration assistant
+message of ``history``. Some SWE-agent versions save the final step (the ``submit``
+action) in ``trajectory`` only: a trailing step with an ``action`` becomes the last call
+(its ``response`` is what the model wrote, as in ``history``; with function calling its
+``tool_calls``, or for a one-word action such as ``submit`` a call of that tool with no
+arguments). A trailing step without an action (an autosubmission after an error, written
+by SWE-agent, not the model) is not a call; a function-calling step whose call cannot be
+rebuilt is left out, named in ``meta.untrained_steps``.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, register
-from pipeline.readers.builder import RolloutBuilder, openai_message
+from pipeline.readers.builder import Msg, RolloutBuilder, openai_message
 from pipeline.readers.common import BAD_CONTENT, file_digest, load_json, reason_of
 
 
@@ -29,6 +38,24 @@ def _config(doc: dict) -> dict:
         except json.JSONDecodeError:
             return {}
     return config if isinstance(config, dict) else {}
+
+
+def _final_step(step: dict, n: int, function_calling: bool) -> Msg | str:
+    """A trajectory step that ``history`` lacks, as the call the model made; or why it is
+    not one (empty: not a model call at all)."""
+    action = str(step.get("action") or "").strip()
+    if not action:
+        return ""  # SWE-agent's own autosubmission after an error
+    message: dict = {"role": "assistant", "content": step.get("response") or ""}
+    if isinstance(step.get("tool_calls"), list) and step["tool_calls"]:
+        message["tool_calls"] = step["tool_calls"]
+    elif function_calling:
+        if len(action.split()) != 1:
+            return f"trajectory[{n}]: function call of action {action.split()[0]!r} not recorded"
+        message["tool_calls"] = [
+            {"id": f"step{n}", "function": {"name": action, "arguments": "{}"}}
+        ]
+    return openai_message(message, id=f"step{n}", meta={"from_trajectory_step": n})
 
 
 def _task_id(config: dict, path: Path) -> str:
@@ -61,6 +88,7 @@ class SweAgentReader(Reader):
         history, steps = doc["history"], doc.get("trajectory") or []
         builder = RolloutBuilder()
         calls = 0
+        untrained: list[str] = []
         try:
             for i, item in enumerate(history):
                 if not isinstance(item, dict):
@@ -68,7 +96,7 @@ class SweAgentReader(Reader):
                 meta = {k: item[k] for k in ("message_type", "agent") if item.get(k)}
                 if item.get("is_demo"):
                     meta["is_demo"] = True
-                if item.get("role") == "assistant":
+                if item.get("role") == "assistant" and not item.get("is_demo"):
                     step = (
                         steps[calls]
                         if calls < len(steps) and isinstance(steps[calls], dict)
@@ -83,6 +111,19 @@ class SweAgentReader(Reader):
                             raise ValueError(f"history[{i}] answers unknown tool call {call_id!r}")
                     continue
                 builder.append(openai_message(item, id=f"h{i}", meta=meta))
+            function_calling = any(
+                isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls")
+                for m in history
+            )
+            for n in range(calls, len(steps)):
+                step = steps[n] if isinstance(steps[n], dict) else {}
+                final = _final_step(step, n, function_calling)
+                if isinstance(final, str):
+                    if final:
+                        untrained.append(final)
+                    continue
+                self._query(builder, step.get("query"), n)
+                builder.append(final)
             info = doc["info"] if isinstance(doc.get("info"), dict) else {}
             outcome = {
                 "exit_status": info.get("exit_status"),
@@ -95,7 +136,8 @@ class SweAgentReader(Reader):
                 task_id=_task_id(config, path),
                 source=self.name,
                 model=model,
-                meta={"outcome": outcome, "steps": len(steps)},
+                meta={"outcome": outcome, "steps": len(steps)}
+                | ({"untrained_steps": untrained} if untrained else {}),
             )
         except BAD_CONTENT as exc:
             yield Rejected(None, f"{path.name}: {reason_of(exc)}", records=len(history))
