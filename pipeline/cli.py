@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "pipeline.commands.report",
     "pipeline.commands.export",
     "pipeline.commands.simulate",
+    "pipeline.commands.gateway",
 ]
 
 

@@ -8,7 +8,8 @@ messages are the rollout.
 logs it: the request (``request`` or ``body``, or the record itself: ``messages``,
 ``tools``, sampling parameters) and the response (``response`` or the record:
 ``choices[0].message``, optional ``logprobs``, vLLM ``prompt_token_ids`` and
-``choices[0].token_ids``). Calls are grouped into rollouts by the ``group_by`` field (a
+``choices[0].token_ids``; ``task_id`` and a ``seam`` object as ``seam gateway`` writes
+them: ``seam.kind == "summary"`` marks a summary call). Calls are grouped into rollouts by the ``group_by`` field (a
 dotted path, ``--group-by`` on the command line); without one, by the first field
 found among ``DEFAULT_GROUP_FIELDS``, else by the first system and user message. In a
 group, each request is compared with the live context (previous request plus its
@@ -176,17 +177,22 @@ class ChatCompletionsReader(Reader):
                 model = response.get("model") or request.get("model")
                 if model and model not in models:
                     models.append(model)
-                builder.append(self._response(response, line))
+                out = self._response(response, line)
+                seam = rec.get("seam") if isinstance(rec.get("seam"), dict) else {}
+                if seam.get("kind") == "summary":  # seam gateway: a compaction prompt was sent
+                    out.fields["kind"] = "summary"
+                builder.append(out)
             except BAD_CONTENT as exc:
                 # The whole rollout goes, so the rejection stands for every call in it.
                 yield Rejected(
                     line, f"call in rollout {key}: {reason_of(exc)}", raw, records=len(calls)
                 )
                 return
+        task_id = calls[0][1].get("task_id")
         try:
             rollout = builder.build(
                 rollout_id=key,
-                task_id=key,
+                task_id=str(task_id) if isinstance(task_id, (str, int)) and task_id != "" else key,
                 source=self.name,
                 model=models[0] if models else None,
                 tools=tools,

@@ -1,0 +1,165 @@
+"""``seam gateway --upstream URL --out DIR``: record token-exact rollouts between any harness
+and an OpenAI-compatible engine, with the Judge in the loop (``pipeline/gateway/``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from pipeline.cli import UsageError
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "gateway",
+        help="Serve an OpenAI/Anthropic-compatible endpoint that records every call as "
+        "buildable rollouts (token ids when the engine returns them), Judge optional.",
+        description="Run an HTTP server on 127.0.0.1 between agent harnesses and an "
+        "OpenAI-compatible inference engine. Point a harness at "
+        "http://HOST:PORT/s/TASK_ID/ROLLOUT_ID (Anthropic clients, e.g. ANTHROPIC_BASE_URL) or "
+        "http://HOST:PORT/s/TASK_ID/ROLLOUT_ID/v1 (OpenAI clients). Every completed call is "
+        "appended, fsync'd, to OUT/calls/ROLLOUT_ID.jsonl; post outcomes to "
+        '/s/TASK_ID/ROLLOUT_ID/reward as {"reward": R}. Build with '
+        "'seam build-rl OUT/calls --rewards OUT/rewards.jsonl'. Stop with Ctrl-C or SIGTERM.",
+    )
+    p.add_argument(
+        "--upstream",
+        required=True,
+        metavar="URL",
+        help="Base URL of the OpenAI-compatible engine, including /v1 (e.g. http://127.0.0.1:8000/v1).",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="Collection directory (created).")
+    p.add_argument("--host", default="127.0.0.1", help="Address to listen on (default 127.0.0.1).")
+    p.add_argument(
+        "--port", type=int, default=8788, help="Port (default 8788; 0 picks a free one)."
+    )
+    p.add_argument(
+        "--token-ids",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="Ask the engine for token ids and logprobs (vLLM/SGLang 'return_token_ids', "
+        "'logprobs'). auto: ask, and stop asking if the engine rejects them; off: text only.",
+    )
+    p.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="Total seconds one engine call may take (default 600).",
+    )
+    p.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="Environment variable holding the engine's API key (sent as a bearer token).",
+    )
+    p.add_argument(
+        "--judge",
+        metavar="rules|URL",
+        help="Review every candidate response before the harness sees it: 'rules' (seam's "
+        "rule judge; corrects summaries that drop key state) or the URL of an HTTP judge "
+        "(see docs/gateway.md for its JSON contract). Off by default.",
+    )
+    p.add_argument(
+        "--judge-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="Seconds an HTTP judge may take; after that the original goes through (default 30).",
+    )
+    p.add_argument(
+        "--summary-prompt",
+        action="append",
+        metavar="REGEX",
+        help="A regular expression that marks a request's last user message as a compaction "
+        "prompt (its call becomes a summary call). Repeatable; replaces the defaults "
+        "(Claude Code, Codex, OpenHands prompts).",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from aiohttp import web
+
+    from pipeline.gateway.judging import HttpJudge, RuleJudge
+    from pipeline.gateway.recorder import Recorder, RecorderError
+    from pipeline.gateway.server import DEFAULT_SUMMARY_PROMPTS, Gateway, GatewayConfig
+
+    if not args.upstream.startswith(("http://", "https://")):
+        raise UsageError(
+            f"--upstream {args.upstream!r}: give an http(s) URL such as http://127.0.0.1:8000/v1"
+        )
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise UsageError(f"--api-key-env {args.api_key_env}: that variable is not set")
+    judge_factory = None
+    if args.judge == "rules":
+        judge_factory = lambda client: RuleJudge()  # noqa: E731
+    elif args.judge:
+        if not args.judge.startswith(("http://", "https://")):
+            raise UsageError(f"--judge {args.judge!r}: give 'rules' or an http(s) URL")
+        judge_factory = lambda client: HttpJudge(args.judge, client, args.judge_timeout)  # noqa: E731
+    config = GatewayConfig(
+        upstream=args.upstream,
+        token_ids=args.token_ids,
+        upstream_timeout_s=args.upstream_timeout,
+        summary_prompts=tuple(args.summary_prompt or DEFAULT_SUMMARY_PROMPTS),
+        api_key=api_key,
+    )
+    try:
+        recorder = Recorder(
+            Path(args.out),
+            {
+                "upstream": args.upstream,
+                "judge": args.judge or None,
+                "token_ids_mode": args.token_ids,
+            },
+        )
+    except RecorderError as exc:
+        raise UsageError(str(exc)) from None
+    gateway = Gateway(config, recorder, judge_factory)
+    try:
+        return asyncio.run(_serve(web, gateway, recorder, args.host, args.port))
+    finally:
+        recorder.close()
+
+
+async def _serve(web, gateway, recorder, host: str, port: int) -> int:
+    runner = web.AppRunner(gateway.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}; try --port 0") from None
+    bound = runner.addresses[0][1]
+    url = f"http://{host}:{bound}"
+    recorder.manifest["listening"] = url
+    recorder.write_manifest()
+    print(
+        f"seam gateway: listening on {url} → {gateway.config.upstream}; recording into "
+        f"{recorder.out}\n  OpenAI clients:    base URL {url}/s/TASK_ID/ROLLOUT_ID/v1\n"
+        f"  Anthropic clients: base URL {url}/s/TASK_ID/ROLLOUT_ID\n"
+        f'  rewards:           POST {url}/s/TASK_ID/ROLLOUT_ID/reward {{"reward": 1.0}}\n'
+        "  stop with Ctrl-C or SIGTERM",
+        file=sys.stderr,
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+    stats = gateway.stats
+    print(
+        f"seam gateway: stopped; {stats['calls']} calls recorded, {stats['corrected']} corrected "
+        f"by the judge, {stats['errors']} upstream errors passed on",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,445 @@
+"""The gateway's aiohttp application: route, translate, forward, judge, record, answer.
+
+Sessions. A call belongs to the session named in its URL path
+(``/s/TASK_ID/ROLLOUT_ID/v1/...``: set it as the harness's base URL) or in the headers
+``X-Seam-Task-Id`` / ``X-Seam-Rollout-Id``. The rollout id names the call log and is
+the rollout's id in the build; the task id is its GRPO group key. Calls of one session
+are handled one at a time, in arrival order (a harness waits for each answer; a
+sub-agent that runs in parallel should get its own rollout id). Sessions run
+concurrently.
+
+Token ids. With ``--token-ids auto`` (the default) the gateway asks the engine for
+``logprobs`` and ``return_token_ids`` (vLLM's and SGLang's names); an engine that
+rejects those parameters is asked again without them, and from then on the gateway
+records text only. ``gateway.json`` says which calls carry ids. The harness gets the
+fields it asked for, not the ones the gateway added.
+
+Rewrites are found online: each request is compared with the session's previous request
+plus its response, and the call records ``extends_previous``. A request whose last user
+message is a compaction prompt (``--summary-prompt``, defaults for Claude Code, Codex
+and OpenHands) makes its call a summary call (``kind: "summary"``); the reader also
+recognises a summary call afterwards, when its text reappears in the next context.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from pipeline.gateway.dialects import (
+    DialectError,
+    anthropic_sse,
+    anthropic_to_openai,
+    openai_sse,
+    openai_to_anthropic,
+)
+from pipeline.gateway.judging import JudgeFailed, LoopJudge
+from pipeline.gateway.recorder import Recorder, check_id
+
+DEFAULT_SUMMARY_PROMPTS = (
+    r"create a detailed summary of the conversation",  # Claude Code /compact and auto-compact
+    r"CONTEXT CHECKPOINT COMPACTION",  # Codex
+    r"context-aware state summary",  # OpenHands LLM summarizing condenser
+    r"summari[sz]e the conversation (so far|above)",
+)
+TOKEN_ID_PARAMS = {"logprobs": True, "return_token_ids": True}
+MAX_REQUEST_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class GatewayConfig:
+    upstream: str  # base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8000/v1
+    token_ids: str = "auto"  # auto | on | off
+    upstream_timeout_s: float = 600.0
+    summary_prompts: tuple[str, ...] = DEFAULT_SUMMARY_PROMPTS
+    api_key: str | None = None  # sent upstream as a bearer token
+
+
+@dataclass
+class Session:
+    rollout_id: str
+    task_id: str
+    calls: list[tuple[int, dict, str]] = field(default_factory=list)  # (line, record, raw)
+    previous: list[dict] | None = None  # last request's messages + its response
+
+
+def _norm(msg: dict) -> dict:
+    """The parts of a message that reach the model (for the extends-previous test)."""
+    content = msg.get("content")
+    out = {
+        "role": msg.get("role"),
+        "content": content if isinstance(content, str) or content is None else json.dumps(content),
+    }
+    if msg.get("tool_calls"):
+        out["tool_calls"] = [
+            ((c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
+            for c in msg["tool_calls"]
+        ]
+    if msg.get("tool_call_id"):
+        out["tool_call_id"] = msg["tool_call_id"]
+    if not out["content"]:
+        out["content"] = ""
+    return out
+
+
+class Gateway:
+    def __init__(
+        self, config: GatewayConfig, recorder: Recorder, judge_factory=None, stats=None
+    ) -> None:
+        self.config = config
+        self.recorder = recorder
+        self.judge_factory = judge_factory  # (client session) -> LoopJudge | None
+        self.judge: LoopJudge | None = None
+        self.sessions: dict[str, Session] = {}
+        self.token_ids = config.token_ids != "off"
+        self.summary_re = re.compile("|".join(f"(?:{p})" for p in config.summary_prompts), re.I)
+        self.client: aiohttp.ClientSession | None = None
+        self.stats = stats if stats is not None else {"calls": 0, "corrected": 0, "errors": 0}
+
+    # ------------------------------------------------------------------ app
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        for prefix in ("", "/s/{task_id}/{rollout_id}"):
+            app.router.add_post(prefix + "/v1/chat/completions", self.chat_completions)
+            app.router.add_post(prefix + "/chat/completions", self.chat_completions)
+            app.router.add_post(prefix + "/v1/messages", self.messages)
+            app.router.add_post(prefix + "/v1/messages/count_tokens", self.count_tokens)
+            app.router.add_get(prefix + "/v1/models", self.models)
+        app.router.add_post("/s/{task_id}/{rollout_id}/reward", self.reward)
+        app.router.add_post("/rewards", self.reward)
+        app.router.add_get("/healthz", self.health)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    async def _start(self, app: web.Application) -> None:
+        self.client = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout_s)
+        )
+        if self.judge_factory is not None:
+            self.judge = self.judge_factory(self.client)
+
+    async def _stop(self, app: web.Application) -> None:
+        if self.client is not None:
+            await self.client.close()
+        self.recorder.write_manifest()
+
+    # ------------------------------------------------------------------ routes
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, **self.stats})
+
+    async def models(self, request: web.Request) -> web.StreamResponse:
+        assert self.client is not None
+        async with self.client.get(self._upstream("/models"), headers=self._auth()) as resp:
+            return web.Response(
+                status=resp.status, body=await resp.read(), content_type="application/json"
+            )
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        # An estimate (4 characters a token): harnesses use it to decide when to compact,
+        # and the engine's own count arrives with every call anyway.
+        body = await request.read()
+        return web.json_response({"input_tokens": max(1, len(body) // 4)})
+
+    async def reward(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            rollout_id = request.match_info.get("rollout_id") or body.get("rollout_id")
+            task_id = request.match_info.get("task_id") or body.get("task_id")
+            check_id(str(rollout_id or ""), "rollout id")
+            reward = body.get("reward")
+            if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+                raise ValueError("'reward' must be a number")
+            row: dict[str, Any] = {"rollout_id": rollout_id, "reward": float(reward)}
+            if task_id:
+                row["task_id"] = check_id(str(task_id), "task id")
+            if isinstance(body.get("resolved"), bool):
+                row["resolved"] = body["resolved"]
+        except ValueError as exc:
+            return _error(400, str(exc))
+        await self.recorder.record_side("rewards.jsonl", row)
+        return web.json_response({"recorded": row})
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._call(request, "openai")
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._call(request, "anthropic")
+
+    # ------------------------------------------------------------------ one call
+
+    async def _call(self, request: web.Request, dialect: str) -> web.StreamResponse:
+        received = time.monotonic()
+        try:
+            session = self._session(request)
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise DialectError("the request body must be a JSON object")
+            upstream_body = anthropic_to_openai(body) if dialect == "anthropic" else dict(body)
+        except (ValueError, DialectError) as exc:
+            return _error(400, str(exc), dialect)
+        stream = bool(body.get("stream"))
+        upstream_body.pop("stream", None)
+        include_usage = bool((upstream_body.pop("stream_options", None) or {}).get("include_usage"))
+        asked = {k for k in TOKEN_ID_PARAMS if upstream_body.get(k)}
+        async with self.recorder.session_lock(session.rollout_id):
+            if not session.calls:
+                self._load(session)
+            status, response, upstream_ms = await self._forward(upstream_body)
+            if status != 200:
+                self.stats["errors"] += 1
+                return web.Response(status=status, body=response, content_type="application/json")
+            kind = "summary" if self._is_summary_request(upstream_body) else None
+            messages = upstream_body.get("messages") or []
+            candidate = dict(response["choices"][0].get("message") or {})
+            extends = (
+                session.previous is not None
+                and [_norm(m) for m in messages[: len(session.previous)]] == session.previous
+            )
+            seam: dict[str, Any] = {
+                "dialect": dialect,
+                "stream": stream,
+                "upstream_ms": round(upstream_ms, 2),
+                "extends_previous": extends if session.previous is not None else None,
+            }
+            if kind:
+                seam["kind"] = kind
+            executed, correction = await self._judge(session, upstream_body, response, seam)
+            record = {
+                "session_id": session.rollout_id,
+                "task_id": session.task_id,
+                "request": upstream_body,
+                "response": executed,
+                "seam": seam,
+            }
+            seam["gateway_ms"] = round((time.monotonic() - received) * 1000 - upstream_ms, 2)
+            token_ids = correction is None and bool(response["choices"][0].get("token_ids"))
+            await self.recorder.record_call(session.rollout_id, record, token_ids)
+            if correction is not None:
+                await self.recorder.record_side("corrections.jsonl", correction)
+            line = len(session.calls) + 1
+            session.calls.append((line, record, ""))
+            final = dict(executed["choices"][0].get("message") or candidate)
+            session.previous = [_norm(m) for m in messages] + [_norm(final)]
+            self.stats["calls"] += 1
+        answer = _strip_added(executed, asked)
+        if dialect == "anthropic":
+            message = openai_to_anthropic(answer, body.get("model"))
+            if stream:
+                return await _stream(request, anthropic_sse(message))
+            return web.json_response(message)
+        if stream:
+            return await _stream(request, openai_sse(answer, include_usage))
+        return web.json_response(answer)
+
+    def _session(self, request: web.Request) -> Session:
+        task_id = request.match_info.get("task_id") or request.headers.get("X-Seam-Task-Id")
+        rollout_id = request.match_info.get("rollout_id") or request.headers.get(
+            "X-Seam-Rollout-Id"
+        )
+        if not rollout_id:
+            raise ValueError(
+                "say which session this call belongs to: use the base URL "
+                "http://HOST:PORT/s/TASK_ID/ROLLOUT_ID (or /s/TASK_ID/ROLLOUT_ID/v1 for OpenAI "
+                "clients), or the headers X-Seam-Task-Id and X-Seam-Rollout-Id"
+            )
+        check_id(rollout_id, "rollout id")
+        task_id = check_id(task_id, "task id") if task_id else rollout_id
+        session = self.sessions.get(rollout_id)
+        if session is None:
+            session = self.sessions[rollout_id] = Session(rollout_id, task_id)
+        elif session.task_id != task_id:
+            raise ValueError(
+                f"rollout {rollout_id} belongs to task {session.task_id}, not {task_id}"
+            )
+        return session
+
+    def _load(self, session: Session) -> None:
+        """A session the gateway saw before a restart: continue its call log."""
+        path = self.recorder.calls_dir / f"{session.rollout_id}.jsonl"
+        if not path.exists():
+            return
+        for line, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash: the reader quarantines it
+            session.calls.append((line, record, raw))
+        if session.calls:
+            last = session.calls[-1][1]
+            messages = (last.get("request") or {}).get("messages") or []
+            final = ((last.get("response") or {}).get("choices") or [{}])[0].get("message") or {}
+            session.previous = [_norm(m) for m in messages] + [_norm(final)]
+
+    def _is_summary_request(self, body: dict) -> bool:
+        users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+        if not users:
+            return False
+        content = users[-1].get("content")
+        text = content if isinstance(content, str) else json.dumps(content)
+        return bool(self.summary_re.search(text or ""))
+
+    def _upstream(self, path: str) -> str:
+        return self.config.upstream.rstrip("/") + path
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+
+    async def _forward(self, body: dict) -> tuple[int, Any, float]:
+        """POST the call upstream; (status, parsed response or error bytes, upstream ms)."""
+        assert self.client is not None
+        started = time.monotonic()
+        for attempt in (0, 1):
+            sent = {**body, **(TOKEN_ID_PARAMS if self.token_ids else {})}
+            try:
+                async with self.client.post(
+                    self._upstream("/chat/completions"), json=sent, headers=self._auth()
+                ) as resp:
+                    data = await resp.read()
+                    status = resp.status
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                detail = {"error": {"message": f"seam gateway: upstream failed: {exc!r}"}}
+                return 502, json.dumps(detail).encode(), (time.monotonic() - started) * 1000
+            if status == 400 and self.token_ids and self.config.token_ids == "auto" and not attempt:
+                self.token_ids = False  # the engine does not know the token-id parameters
+                self.recorder.manifest["token_id_params"] = "rejected by the upstream"
+                continue
+            break
+        ms = (time.monotonic() - started) * 1000
+        if status != 200:
+            return status, data, ms
+        try:
+            parsed = json.loads(data)
+            if not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
+                raise ValueError("no choices")
+        except (ValueError, AttributeError) as exc:
+            detail = {"error": {"message": f"seam gateway: upstream answer unusable: {exc}"}}
+            return 502, json.dumps(detail).encode(), ms
+        return 200, parsed, ms
+
+    async def _judge(
+        self, session: Session, body: dict, response: dict, seam: dict
+    ) -> tuple[dict, dict | None]:
+        """(the response the harness gets and the log records, the correction record)."""
+        if self.judge is None:
+            return response, None
+        from judge.attach import executed_output_text
+        from pipeline.readers.openai_messages import ChatCompletionsReader
+
+        candidate = dict(response["choices"][0].get("message") or {})
+        line = len(session.calls) + 1
+        pending = {"session_id": session.rollout_id, "task_id": session.task_id}
+        pending |= {"request": body, "response": response, "seam": seam}
+        items = list(
+            ChatCompletionsReader()._rollout(
+                session.rollout_id, [*session.calls, (line, pending, "")]
+            )
+        )
+        rollout = getattr(items[-1], "rollout", None) if items else None
+        if rollout is None:
+            seam["judge"] = {"skipped": getattr(items[-1], "reason", "no rollout")}
+            return response, None
+        call_index = sum(1 for e in rollout.events if getattr(e, "role", None) == "assistant") - 1
+        try:
+            outcome = await self.judge.review(rollout, call_index, candidate)
+        except JudgeFailed as exc:
+            seam["judge"] = {"name": self.judge.name, "error": str(exc)}
+            return response, None
+        seam["judge"] = {"name": self.judge.name, "findings": outcome.findings}
+        review = outcome.review
+        if review is None:
+            return response, None
+        self.stats["corrected"] += 1
+        replacement = review.replacement
+        finish = "tool_calls" if replacement.get("tool_calls") else "stop"
+        executed = {
+            "id": response.get("id"),
+            "model": response.get("model"),
+            "choices": [{"index": 0, "message": replacement, "finish_reason": finish}],
+        }
+        original_msg = _canonical(candidate)
+        replacement_msg = _canonical(replacement)
+        correction = {
+            "rollout_id": session.rollout_id,
+            "call_index": call_index,
+            "type": review.type,
+            "verdict": review.verdict,
+            "original": executed_output_text(original_msg),
+            "replacement": executed_output_text(replacement_msg),
+            "rationale": review.rationale,
+            "judge_model": review.judge_model,
+        }
+        seam["correction"] = {**correction, "original_response": response}
+        return executed, correction
+
+
+def _canonical(message: dict):
+    from schemas.rollout import MessageEvent, ToolCall
+
+    calls = [
+        ToolCall(
+            id=c.get("id") or f"call_{i}",
+            name=(c.get("function") or {}).get("name") or "?",
+            arguments=(c.get("function") or {}).get("arguments") or "",
+        )
+        for i, c in enumerate(message.get("tool_calls") or [])
+    ]
+    return MessageEvent(
+        id="m", role="assistant", content=message.get("content") or "", tool_calls=calls
+    )
+
+
+def _strip_added(response: dict, asked: set[str]) -> dict:
+    """The response without the token-id fields the gateway (not the harness) asked for."""
+    out = dict(response)
+    if "return_token_ids" not in asked:
+        out.pop("prompt_token_ids", None)
+    choices = []
+    for choice in out.get("choices") or []:
+        choice = dict(choice)
+        if "return_token_ids" not in asked:
+            choice.pop("token_ids", None)
+            choice.pop("prompt_token_ids", None)
+        if "logprobs" not in asked:
+            choice.pop("logprobs", None)
+        choices.append(choice)
+    out["choices"] = choices
+    return out
+
+
+def _error(status: int, message: str, dialect: str = "openai") -> web.Response:
+    if dialect == "anthropic":
+        body = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    else:
+        body = {"error": {"message": message, "type": "invalid_request_error"}}
+    return web.json_response(body, status=status)
+
+
+async def _stream(request: web.Request, events: Iterable[bytes]) -> web.StreamResponse:
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await resp.prepare(request)
+    for event in events:
+        await resp.write(event)
+    await resp.write_eof()
+    return resp
+
+
+def default_out_note(out: Path) -> str:
+    return (
+        f"build: seam build-rl {out}/calls --rewards {out}/rewards.jsonl --out BUILD_DIR "
+        f"(SFT: seam build-sft {out}/calls --corrections {out}/corrections.jsonl --out BUILD_DIR)"
+    )
