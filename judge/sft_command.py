@@ -26,7 +26,7 @@ def run_build_sft(args) -> int:
     )
     config = config_from_args(args, "sft")
     config.stage = SftStage(corrections_file=args.corrections, filters=filters)
-    status = run_configured_build(config, "seam build-sft")
+    status = run_configured_build(config, "seam build-sft", args.verify)
     print_sft_counts(json.loads((Path(args.out) / "manifest.json").read_text())["counts"])
     return status
 

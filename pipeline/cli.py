@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "pipeline.commands.export",
     "pipeline.commands.simulate",
     "pipeline.commands.gateway",
+    "pipeline.commands.verify",
 ]
 
 

@@ -104,6 +104,9 @@ def add_build_arguments(p) -> None:
     )
     p.add_argument("--overwrite", action="store_true", help="Replace an existing build in --out.")
     p.add_argument("--no-progress", action="store_true", help="No progress bar (logs, CI).")
+    from pipeline.commands.verify import add_verify_argument
+
+    add_verify_argument(p, "sample")
 
 
 def config_from_args(args, kind: str):
@@ -143,7 +146,9 @@ def config_from_args(args, kind: str):
     )
 
 
-def run_configured_build(config, title: str) -> int:
+def run_configured_build(config, title: str, verify: str = "sample") -> int:
+    """Run the build, print its summary, then the mask audit (``--verify``): exit 1 on a
+    mismatch."""
     from pipeline.build import BuildError, run_build
     from pipeline.inputs import InputError
     from pipeline.summary import print_summary
@@ -178,7 +183,9 @@ def run_configured_build(config, title: str) -> int:
     print(
         f"wrote {len(result.shards)} shard(s), quarantine.jsonl, manifest.json, README.md to {result.out}"
     )
-    return 0
+    from pipeline.commands.verify import audit_build
+
+    return audit_build(result.out, verify, config.tokenizer)
 
 
 def _why_nothing_accepted(result) -> str:
@@ -205,7 +212,7 @@ def _why_nothing_accepted(result) -> str:
 
 
 def run(args) -> int:
-    return run_configured_build(config_from_args(args, "rl"), "seam build-rl")
+    return run_configured_build(config_from_args(args, "rl"), "seam build-rl", args.verify)
 
 
 def register(sub) -> None:

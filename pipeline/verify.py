@@ -1,0 +1,509 @@
+"""``seam verify``: prove, row by row, that a build trains exactly what the policy generated.
+
+The audit re-reads the build's inputs (their hashes must match the manifest), replays
+each rollout and checks every shard row of it against the rollout itself, by a path
+independent of the segmenter that wrote the row: whole contexts rendered in full by the
+chat template (never from cached pieces) and token ids decoded back to text.
+
+Per row (one segment):
+
+- **Outputs**: each call span ``input_ids[start:start+length]`` is exactly the call's
+  output — the logged ``output_ids`` compared as ids, else the template's rendering of
+  the output compared as text (``decode(span) == generated text``). Its ``kind`` and
+  ``truncated`` flags are the call's; logged log-probs sit at the span.
+- **Mask**: ``loss_mask`` is 1 exactly on the trained spans (``trained`` as the build's
+  options say: ``--mask-summaries``, ``--last-call-only``; a truncated rendered output's
+  template-added end-of-turn token excluded) and 0 everywhere else; ``num_tokens`` and
+  ``num_trainable_tokens`` agree.
+- **Context**: every call's input is the prefix of the row up to its span — its logged
+  ``prompt_ids`` as ids (as text where the segment realigned a re-tokenization drift),
+  else the full rendering of the call's replayed context, as text. The segment's
+  context is thereby what the canonical rollout records; ``context_fidelity`` (when the
+  build has the column) must be what ``pipeline.fidelity`` derives from the rollout:
+  ``["exact"]`` only where nothing is known to be missing.
+- **Coverage**: every call is trained in at most one row; in a build that drops no
+  segment (no ``--drop-truncated``, no SFT length filter) every call is in a row.
+
+Text comparisons use the tokenizer's own normalizer on the expected side (NFC for the
+default tokenizer): the model received the normalized text, and decoding returns it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.render import ChatRenderer, TemplateError, template_message
+from pipeline.segment import CallView, replay
+from schemas.rollout import Rollout
+
+MODES = ("all", "sample", "none")
+SAMPLE_MIN = 16  # rollouts a sample always covers (all of a smaller build)
+SAMPLE_FRACTION = 1 / 50  # and this fraction of a larger one
+ROW_COLUMNS = [
+    "rollout_id",
+    "source",
+    "segment_index",
+    "num_segments",
+    "input_ids",
+    "loss_mask",
+    "logprobs",
+    "call_spans",
+    "drift_realigned",
+    "num_tokens",
+    "num_trainable_tokens",
+]
+FIDELITY_COLUMN = "context_fidelity"
+
+
+class VerifyError(ValueError):
+    """The build cannot be verified at all (missing manifest, changed input): one line."""
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    shard: str
+    row: int  # 0-based row in the shard
+    rollout_id: str
+    segment_index: int | None
+    what: str
+
+    def line(self) -> str:
+        seg = "" if self.segment_index is None else f" segment {self.segment_index}"
+        return f"{self.shard} row {self.row} (rollout {self.rollout_id}{seg}): {self.what}"
+
+
+@dataclass
+class VerifyResult:
+    mode: str
+    mismatches: list[Mismatch] = field(default_factory=list)
+    by_source: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    by_rollout: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def totals(self) -> Counter:
+        total: Counter = Counter()
+        for counts in self.by_source.values():
+            total.update(counts)
+        return total
+
+    def as_manifest(self) -> dict:
+        """What ``manifest.json`` keeps under ``"verify"``."""
+        return {
+            "mode": self.mode,
+            "ok": self.ok,
+            "totals": dict(sorted(self.totals().items())),
+            "by_source": {s: dict(sorted(c.items())) for s, c in sorted(self.by_source.items())},
+            "by_rollout": {r: dict(sorted(c.items())) for r, c in sorted(self.by_rollout.items())},
+            "mismatches": [m.line() for m in self.mismatches[:100]],
+        }
+
+
+@dataclass(frozen=True)
+class _Options:
+    mask_summaries: bool
+    last_call_only: bool
+    drops_segments: bool  # --drop-truncated or the SFT length filter may leave calls out
+
+
+def verify_build(
+    build_dir: str | Path, mode: str = "all", tokenizer: str | None = None
+) -> VerifyResult:
+    """Check the rows of ``build_dir`` (every rollout, a sample, or none) against its inputs."""
+    if mode not in MODES:
+        raise VerifyError(f"--verify must be one of {', '.join(MODES)}, not {mode!r}")
+    out = Path(build_dir)
+    manifest = _read_manifest(out)
+    result = VerifyResult(mode)
+    if mode == "none":
+        return result
+    config = manifest.get("config", {})
+    options = _Options(
+        bool(config.get("mask_summaries")),
+        bool(config.get("last_call_only")),
+        bool(config.get("drop_truncated")) or manifest.get("kind") == "sft",
+    )
+    renderer = _renderer(manifest, tokenizer)
+    shards = [out / name for name in manifest["shards"]]
+    ids = _rollout_ids(shards)
+    wanted = _sample(ids) if mode == "sample" else set(ids)
+    rollouts = _rollouts_by_id(manifest, wanted)
+    for group in _row_groups(shards, wanted):
+        rollout_id = group[0][2]["rollout_id"]
+        candidates = rollouts.get(rollout_id, [])
+        source = group[0][2]["source"]
+        counts = result.by_rollout[rollout_id]
+        if not candidates:
+            result.mismatches.append(
+                Mismatch(*group[0][:2], rollout_id, None, "no rollout with this id in the inputs")
+            )
+            counts["mismatches"] += 1
+        else:
+            # Duplicate ids: the k-th group of rows of an id is the k-th accepted rollout.
+            rollout = candidates.pop(0)
+            try:
+                found = _RolloutCheck(rollout, renderer, options).run(group)
+            except TemplateError as exc:  # the build rendered it, so this is a mismatch too
+                found = [Mismatch(*group[0][:2], rollout_id, None, f"cannot render: {exc}")]
+            result.mismatches.extend(found)
+            counts["mismatches"] += len(found)
+        counts["rows"] += len(group)
+        counts["spans"] += sum(len(r["call_spans"]) for _, _, r in group)
+        counts["trained_tokens"] += sum(int(r["num_trainable_tokens"]) for _, _, r in group)
+        by_source = result.by_source[source]
+        by_source["rollouts"] += 1
+        for key in ("rows", "spans", "trained_tokens", "mismatches"):
+            by_source[key] += counts[key]
+    return result
+
+
+def _read_manifest(out: Path) -> dict:
+    path = out / "manifest.json"
+    if not path.is_file():
+        raise VerifyError(f"{out} has no manifest.json: not a finished seam build")
+    return json.loads(path.read_text())
+
+
+def _renderer(manifest: dict, tokenizer: str | None) -> ChatRenderer:
+    """The build's tokenizer and template, checked against the manifest's hashes."""
+    from pipeline.tokenizer import tokenizer_fingerprint
+    from pipeline.worker import segmenter_with
+
+    recorded = manifest["tokenizer"]
+    if tokenizer is None:
+        where = Path(recorded.get("name_or_path", ""))
+        tokenizer = str(where) if (where / "tokenizer.json").is_file() else None
+    renderer = segmenter_with(tokenizer, manifest.get("config", {}).get("chat_template")).r
+    have = tokenizer_fingerprint(renderer.tokenizer)
+    for key in ("tokenizer_sha256", "chat_template_sha256"):
+        if have[key] != recorded.get(key):
+            raise VerifyError(
+                f"the tokenizer at hand ({have['name_or_path']}) is not the build's ({key} differs); "
+                "pass the build's with --tokenizer DIR"
+            )
+    return renderer
+
+
+def _rollout_ids(shards: list[Path]) -> list[str]:
+    return list(
+        dict.fromkeys(
+            i for s in shards for i in pq.read_table(s, columns=["rollout_id"])[0].to_pylist()
+        )
+    )
+
+
+def _sample(ids: list[str]) -> set[str]:
+    """A deterministic sample: the rollouts whose id hashes lowest (same build, same sample)."""
+    n = max(SAMPLE_MIN, int(len(ids) * SAMPLE_FRACTION))
+    return set(sorted(ids, key=lambda i: hashlib.sha256(i.encode()).digest())[:n])
+
+
+def _row_groups(shards: list[Path], wanted: set[str]) -> list[list[tuple]]:
+    """The wanted rollouts' rows as (shard name, row, row dict), one group per rollout in
+    build order (a group starts at segment 0, so two rollouts sharing an id stay apart)."""
+    groups: list[list[tuple]] = []
+    for shard in shards:
+        schema = pq.read_schema(shard)
+        columns = ROW_COLUMNS + ([FIDELITY_COLUMN] if FIDELITY_COLUMN in schema.names else [])
+        ids = pq.read_table(shard, columns=["rollout_id"])["rollout_id"]
+        mask = pc.is_in(ids, pa.array(sorted(wanted), pa.string()))
+        rows_at = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+        if not len(rows_at):
+            continue
+        table = pq.read_table(shard, columns=columns).take(pa.array(rows_at))
+        for row_index, row in zip(rows_at.tolist(), table.to_pylist()):
+            previous = groups[-1][-1][2] if groups else None
+            if (
+                previous is None
+                or row["segment_index"] == 0
+                or previous["rollout_id"] != row["rollout_id"]
+            ):
+                groups.append([])
+            groups[-1].append((shard.name, row_index, row))
+    return groups
+
+
+def _rollouts_by_id(manifest: dict, wanted: set[str]) -> dict[str, list[Rollout]]:
+    """The wanted rollouts from the build's inputs, per id in input order."""
+    found: dict[str, list[Rollout]] = {}
+    for rollout in _read_inputs(manifest, wanted):
+        found.setdefault(rollout.rollout_id, []).append(rollout)
+    return found
+
+
+def _read_inputs(manifest: dict, wanted: set[str]) -> Iterator[Rollout]:
+    from pipeline.canonical_io import iter_jsonl_lines, iter_parquet_records, parse_rollout
+    from pipeline.inputs import CANONICAL, InputError, Task, detect_format
+    from pipeline.worker import iter_task_records
+    from pipeline.write import file_sha256
+
+    fmt = manifest.get("config", {}).get("format", "auto")
+    needle = _id_pattern(wanted)
+    for entry in manifest["inputs"]:
+        path = Path(entry["path"])
+        if not path.is_file():
+            raise VerifyError(f"input {path} of the build is gone; verify where the inputs are")
+        if file_sha256(path) != entry["sha256"]:
+            raise VerifyError(f"input {path} changed since the build (sha256 differs); rebuild")
+        try:
+            file_format = detect_format(path) if fmt == "auto" else fmt
+        except InputError:
+            continue  # a walked stray file: the build quarantined it
+        if file_format == CANONICAL:
+            records = (
+                iter_parquet_records(path) if path.suffix == ".parquet" else iter_jsonl_lines(path)
+            )
+            for raw in records:
+                if needle.search(raw.data):
+                    try:
+                        rollout = parse_rollout(raw.data)
+                    except ValueError:
+                        continue  # quarantined by the build
+                    if rollout.rollout_id in wanted:
+                        yield rollout
+        else:
+            for _, rollout, _, _ in iter_task_records(Task(0, str(path), file_format)):
+                if rollout is not None and rollout.rollout_id in wanted:
+                    yield rollout
+
+
+def _id_pattern(ids: set[str]) -> re.Pattern:
+    """Bytes that a JSON record of one of ``ids`` contains (escaped either way)."""
+    forms = {json.dumps(i, ensure_ascii=a)[1:-1].encode() for i in ids for a in (True, False)}
+    return re.compile(b"|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+
+
+class _RolloutCheck:
+    """The checks of one rollout's rows (module docstring)."""
+
+    def __init__(self, rollout: Rollout, renderer: ChatRenderer, options: _Options):
+        self.rollout = rollout
+        self.r = renderer
+        self.options = options
+        self.calls: list[CallView] = replay(rollout)
+        self.tools = rollout.tools or None
+        normalizer = renderer.backend.normalizer
+        self.normalize = normalizer.normalize_str if normalizer is not None else (lambda t: t)
+
+    def run(self, group: list[tuple]) -> list[Mismatch]:
+        found: list[Mismatch] = []
+        covered: set[int] = set()
+        for position, (shard, row_index, row) in enumerate(group):
+            for what in self._row(row, position, len(group), covered):
+                found.append(
+                    Mismatch(shard, row_index, row["rollout_id"], row["segment_index"], what)
+                )
+        missing = [c.index for c in self.calls if c.index not in covered]
+        if missing and not self.options.drops_segments:
+            shard, row_index, row = group[-1]
+            found.append(
+                Mismatch(
+                    shard,
+                    row_index,
+                    row["rollout_id"],
+                    None,
+                    f"call(s) {missing[:5]} of the rollout are in no row",
+                )
+            )
+        if FIDELITY_COLUMN in group[0][2]:
+            found += self._fidelity(group)
+        return found
+
+    def _row(self, row: dict, position: int, rows: int, covered: set[int]) -> Iterator[str]:
+        tokens = np.asarray(row["input_ids"], dtype=np.int64)
+        mask = np.asarray(row["loss_mask"], dtype=np.int64)
+        if row["segment_index"] != position or row["num_segments"] != rows:
+            yield f"segment_index {row['segment_index']} of {row['num_segments']}, expected {position} of {rows}"
+        if len(tokens) != row["num_tokens"] or len(mask) != len(tokens):
+            yield f"{len(tokens)} input_ids, {len(mask)} loss_mask values, num_tokens {row['num_tokens']}"
+            return
+        spans = row["call_spans"]
+        if not spans:
+            yield "a row without call spans"
+            return
+        expected = np.zeros(len(tokens), dtype=np.int64)
+        text = _RowText(self.r, tokens, spans)
+        last = len(spans) - 1
+        for j, span in enumerate(spans):
+            index = span["call_index"]
+            if not 0 <= index < len(self.calls):
+                yield f"call span {j} names call {index}; the rollout has {len(self.calls)} calls"
+                continue
+            if index in covered:
+                yield f"call {index} is in more than one row"
+            covered.add(index)
+            yield from self._span(tokens, text, span, j == last, row, expected)
+        end = spans[-1]["start"] + spans[-1]["length"]
+        if end != len(tokens):
+            yield f"the last call's output ends at token {end}, the row has {len(tokens)} tokens"
+        if not np.array_equal(mask, expected):
+            at = int(np.flatnonzero(mask != expected)[0])
+            yield (
+                f"loss_mask[{at}] = {mask[at]}, should be {expected[at]} "
+                f"(token {tokens[at]} {self.r.decode([tokens[at]])!r})"
+            )
+        if int(mask.sum()) != row["num_trainable_tokens"]:
+            yield f"num_trainable_tokens {row['num_trainable_tokens']}, loss_mask sums to {int(mask.sum())}"
+
+    def _span(
+        self,
+        tokens: np.ndarray,
+        text: _RowText,
+        span: dict,
+        is_last: bool,
+        row: dict,
+        expected: np.ndarray,
+    ) -> Iterator[str]:
+        call = self.calls[span["call_index"]]
+        m = call.message
+        start, length = span["start"], span["length"]
+        name = f"call {call.index}"
+        if span["kind"] != m.call_kind:
+            yield f"{name}: span kind {span['kind']}, the call is a {m.call_kind}"
+        if span["truncated"] != (m.finish_reason == "length"):
+            yield f"{name}: span truncated={span['truncated']}, finish_reason {m.finish_reason}"
+        if start < 0 or length <= 0 or start + length > len(tokens):
+            yield f"{name}: span [{start}, {start + length}) outside the row's {len(tokens)} tokens"
+            return
+        out = tokens[start : start + length]
+        context = [template_message(c) for c in call.context]
+        if m.output_ids is not None:
+            if not np.array_equal(out, m.output_ids):
+                yield f"{name}: trained span ids differ from the logged output_ids{_first_diff(out, m.output_ids)}"
+        else:
+            generated = self.r.output_text(template_message(m), self.tools, context)[0]
+            have = text.between(start, start + length)
+            if not self._same_text(have, generated):
+                yield (
+                    f"{name}: trained span decodes to {_excerpt(have, generated)}, "
+                    f"the call generated {_excerpt(generated, have)}"
+                )
+        yield from self._context(tokens[:start], text, call, context, row["drift_realigned"])
+        train = not (self.options.mask_summaries and m.call_kind == "summary") and not (
+            self.options.last_call_only and not is_last
+        )
+        if span["trained"] != train:
+            yield f"{name}: trained={span['trained']}, the build's options say {train}"
+        if train:
+            end = start + length
+            if span["truncated"] and m.output_ids is None and tokens[end - 1] == self.r.eos_id:
+                end -= 1  # the template's end-of-turn token: never sampled
+            expected[start:end] = 1
+        if m.logprobs is not None and row["logprobs"] is not None and train:
+            have = np.asarray(row["logprobs"][start : start + length], dtype=np.float32)
+            if not np.array_equal(have, np.asarray(m.logprobs, dtype=np.float32)):
+                yield f"{name}: logprobs at the span differ from the logged ones"
+
+    def _same_text(self, have: str, want: str) -> bool:
+        return have == want or have == self.normalize(want)
+
+    def _context(
+        self, prefix: np.ndarray, text: _RowText, call: CallView, context: list[dict], drift: int
+    ) -> Iterator[str]:
+        m = call.message
+        name = f"call {call.index}"
+        if m.prompt_ids is not None:
+            logged = np.asarray(m.prompt_ids)
+            if np.array_equal(prefix, logged):
+                return
+            if drift == 0:  # only a realigned drift may make the ids differ
+                yield f"{name}: the context differs from the logged prompt_ids{_first_diff(prefix, logged)}"
+                return
+            want = self.r.decode(logged)
+        elif context:
+            want = self.r.render(context, self.tools, True)
+        else:  # a call on an empty context (a rewrite emptied it): the prompt alone
+            want = self.r.generation_prompt()
+        have = text.between(0, len(prefix))
+        if not self._same_text(have, want):
+            want = self.normalize(want)
+            at = next(
+                (i for i, (a, b) in enumerate(zip(have, want)) if a != b), min(len(have), len(want))
+            )
+            yield (
+                f"{name}: the context differs from the rollout's at character {at}: "
+                f"{have[max(0, at - 20) : at + 40]!r} instead of {want[max(0, at - 20) : at + 40]!r}"
+            )
+
+    def _fidelity(self, group: list[tuple]) -> list[Mismatch]:
+        from pipeline.fidelity import segment_fidelity
+
+        segments = [
+            _SpansOnly([_CallIndex(s["call_index"]) for s in r["call_spans"]]) for _, _, r in group
+        ]
+        wanted = segment_fidelity(self.rollout, segments)
+        return [
+            Mismatch(
+                shard,
+                i,
+                row["rollout_id"],
+                row["segment_index"],
+                f"context_fidelity {row[FIDELITY_COLUMN]}, the rollout says {want}",
+            )
+            for (shard, i, row), want in zip(group, wanted)
+            if list(row[FIDELITY_COLUMN] or []) != want
+        ]
+
+
+class _RowText:
+    """The decoded text of a row, cut at its call spans' boundaries: each piece decoded
+    once, so the text before every call costs one decode of the row, not one per call."""
+
+    def __init__(self, renderer: ChatRenderer, tokens: np.ndarray, spans: list[dict]):
+        self.r = renderer
+        self.tokens = tokens
+        cuts = {0, len(tokens)}
+        for s in spans:
+            cuts.update(c for c in (s["start"], s["start"] + s["length"]) if 0 <= c <= len(tokens))
+        self.cuts = sorted(cuts)
+        pieces = [renderer.decode(tokens[a:b]) for a, b in zip(self.cuts, self.cuts[1:])]
+        self.full = "".join(pieces)
+        # A cut inside a multi-byte character decodes its halves to U+FFFD: then the
+        # pieces do not add up to the row's text and every slice is decoded on its own.
+        self.exact = self.full == renderer.decode(tokens)
+        self.at = dict(zip(self.cuts, np.cumsum([0, *map(len, pieces)]).tolist()))
+
+    def between(self, start: int, end: int) -> str:
+        if self.exact and start in self.at and end in self.at:
+            return self.full[self.at[start] : self.at[end]]
+        return self.r.decode(self.tokens[start:end])
+
+
+@dataclass(frozen=True)
+class _CallIndex:
+    call_index: int
+
+
+@dataclass(frozen=True)
+class _SpansOnly:
+    """What ``segment_fidelity`` reads of a segment: its spans' call indices."""
+
+    spans: list[_CallIndex]
+
+
+def _first_diff(have: np.ndarray, want) -> str:
+    want = np.asarray(want)
+    n = min(len(have), len(want))
+    diff = np.flatnonzero(have[:n] != want[:n])
+    at = int(diff[0]) if len(diff) else n
+    return f" at token {at} (lengths {len(have)} and {len(want)})"
+
+
+def _excerpt(text: str, other: str) -> str:
+    at = next(
+        (i for i, (a, b) in enumerate(zip(text, other)) if a != b), min(len(text), len(other))
+    )
+    return repr(text[max(0, at - 20) : at + 40])

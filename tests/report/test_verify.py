@@ -1,0 +1,151 @@
+"""`seam verify`: the mask audit passes on real builds and names the row of any mismatch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.cli import main
+from pipeline.verify import verify_build
+
+REALWORLD = os.environ.get("SEAM_REALWORLD_DIR")
+
+
+def _copy(build: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "copy"
+    shutil.copytree(build, copy)
+    return copy
+
+
+def _edit_row(build: Path, rollout_id: str, segment: int, edit) -> tuple[str, int]:
+    """Apply ``edit(row)`` to one shard row in place; returns (shard name, row index)."""
+    manifest = json.loads((build / "manifest.json").read_text())
+    for name in manifest["shards"]:
+        table = pq.read_table(build / name)
+        rows = table.to_pylist()
+        for i, row in enumerate(rows):
+            if row["rollout_id"] == rollout_id and row["segment_index"] == segment:
+                edit(row)
+                pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), build / name)
+                return name, i
+    raise AssertionError(f"no row {rollout_id}/{segment}")
+
+
+def test_verify_passes_on_rl_and_sft_builds_and_records_counts(
+    rl_build, sft_build, tmp_path, capsys
+):
+    for build in (rl_build, sft_build):
+        copy = _copy(build, tmp_path / build.parent.name)
+        assert main(["verify", str(copy)]) == 0
+        manifest = json.loads((copy / "manifest.json").read_text())
+        recorded = manifest["verify"]
+        assert recorded["mode"] == "all" and recorded["ok"] and recorded["mismatches"] == []
+        rows = sum(pq.read_metadata(copy / s).num_rows for s in manifest["shards"])
+        assert recorded["totals"]["rows"] == rows and recorded["totals"]["mismatches"] == 0
+    out = capsys.readouterr().out
+    assert "verified 6 rollout(s)" in out  # the RL build: 6 accepted rollouts, all checked
+
+
+def test_rl_counts_per_rollout_and_source(rl_build):
+    result = verify_build(rl_build, "all")
+    assert result.ok
+    assert set(result.by_rollout) == {"a0", "a1", "a2", "a3", "b0", "b1"}
+    # two_compactions: 5 calls in 3 segments; no_compaction: 2 calls in 1 segment.
+    assert dict(result.by_rollout["a2"]) | {"trained_tokens": 0} == {
+        "rows": 3,
+        "spans": 5,
+        "mismatches": 0,
+        "trained_tokens": 0,
+    }
+    assert result.by_rollout["a0"]["rows"] == 1 and result.by_rollout["a0"]["spans"] == 2
+    assert result.by_source["test"]["rollouts"] == 6
+
+
+def test_one_flipped_loss_mask_bit_fails_naming_the_row(rl_build, tmp_path, capsys):
+    copy = _copy(rl_build, tmp_path)
+
+    def flip(row):
+        row["loss_mask"][3] = 1 - row["loss_mask"][3]  # a system-prompt token ("You")
+
+    shard, index = _edit_row(copy, "a2", 1, flip)
+    assert main(["verify", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"MISMATCH {shard} row {index} (rollout a2 segment 1): loss_mask[3] = 1, should be 0 "
+        "(token 2610 'You')" in out
+    )
+    assert json.loads((copy / "manifest.json").read_text())["verify"]["ok"] is False
+
+
+def test_a_changed_trained_token_and_a_changed_context_token_are_both_found(rl_build, tmp_path):
+    copy = _copy(rl_build, tmp_path)
+
+    def change(row):
+        span = row["call_spans"][0]
+        row["input_ids"][span["start"]] = 40  # another token inside the first output
+        row["input_ids"][5] = 41  # and one in the system prompt
+
+    _edit_row(copy, "a1", 0, change)
+    result = verify_build(copy, "all")
+    whats = [m.what for m in result.mismatches]
+    assert any(w.startswith("call 0: trained span decodes to") for w in whats), whats
+    assert any(w.startswith("call 0: the context differs from the rollout's") for w in whats), whats
+    assert {m.rollout_id for m in result.mismatches} == {"a1"}
+
+
+def test_logged_output_ids_are_compared_as_ids(rl_build, tmp_path):
+    copy = _copy(rl_build, tmp_path)
+
+    def change(row):
+        span = row["call_spans"][-1]
+        row["input_ids"][span["start"] + 1] += 1
+
+    _edit_row(copy, "b0", 0, change)
+    whats = [m.what for m in verify_build(copy, "all").mismatches]
+    assert any("differ from the logged output_ids at token 1" in w for w in whats), whats
+
+
+def test_a_changed_input_stops_the_audit_with_one_line(rl_build, tmp_path, capsys):
+    copy = _copy(rl_build, tmp_path)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    moved = tmp_path / "in.jsonl"
+    moved.write_text(Path(manifest["inputs"][0]["path"]).read_text() + "\n")
+    manifest["inputs"][0]["path"] = str(moved)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["verify", str(copy)]) == 2
+    assert "changed since the build (sha256 differs)" in capsys.readouterr().err
+
+
+def test_build_rl_audits_a_sample_by_default(rl_build, tmp_path):
+    source = rl_build.parent / "in.jsonl"
+    out = tmp_path / "out"
+    argv = ["build-rl", str(source), "--out", str(out), "--workers", "1", "--no-progress"]
+    assert main(argv) == 0
+    recorded = json.loads((out / "manifest.json").read_text())["verify"]
+    assert recorded["mode"] == "sample" and recorded["ok"]
+    assert recorded["totals"]["rollouts"] == 6  # a sample covers at least 16 rollouts
+    argv[argv.index(str(out))] = str(tmp_path / "unverified")
+    assert main([*argv, "--verify", "none"]) == 0
+    assert "verify" not in json.loads((tmp_path / "unverified" / "manifest.json").read_text())
+
+
+@pytest.mark.skipif(not REALWORLD, reason="SEAM_REALWORLD_DIR is not set")
+def test_verify_passes_on_real_claude_code_and_codex_sessions(tmp_path, capsys):
+    real = Path(REALWORLD)
+    inputs = [
+        real / "claude_code" / "real-entireio-cli_44-785715c3f5_2_full.jsonl",
+        real / "codex" / "agentv_rollout-00-34f597b72d-1.jsonl",
+    ]
+    out = tmp_path / "out"
+    keep = ["--keep-malformed", "--keep-summary-loops"]  # train on everything: audit it all
+    argv = ["build-sft", *map(str, inputs), "--out", str(out), *keep, "--no-progress"]
+    assert main([*argv, "--verify", "all"]) == 0
+    recorded = json.loads((out / "manifest.json").read_text())["verify"]
+    assert set(recorded["by_source"]) == {"claude-code", "codex"}
+    assert recorded["totals"]["spans"] > 10 and recorded["totals"]["mismatches"] == 0
