@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
-from judge.history import compactions
-from judge.summary import check_summary
+from judge.history import Compaction, compactions
+from judge.summary import SummaryCheck, check_summary
 from judge.workspace import workspace_state
 from pipeline.segment import replay
 from schemas.rollout import Rollout
@@ -26,12 +26,15 @@ from schemas.rollout import Rollout
 SUMMARY_AUDIT = pa.struct(
     [
         ("call_index", pa.int32()),  # the summary call (null: a summary a rewrite inserted)
+        ("opens_call_index", pa.int32()),  # first call of the window it opens (null: none)
         ("message_id", pa.string()),
         ("words", pa.int32()),
         ("chars", pa.int32()),
         ("key_items", pa.int32()),  # key-state items in the history it summarizes
         ("omitted", pa.list_(pa.struct([("kind", pa.string()), ("value", pa.string())]))),
-        ("has_next_step", pa.bool_()),  # a concrete next step is present
+        ("has_next_step", pa.bool_()),  # a concrete next step, or "none needed" when done
+        ("next_step_none", pa.bool_()),  # the next step says nothing is left to do
+        ("history_complete", pa.bool_()),  # all history before it is in the rollout
         ("contradictions", pa.list_(pa.string())),
         ("wrong_state", pa.list_(pa.string())),
         ("invented_paths", pa.list_(pa.string())),
@@ -43,12 +46,15 @@ SUMMARY_AUDIT = pa.struct(
 class SummaryAudit:
     rollout_id: str
     call_index: int | None
+    opens_call_index: int | None
     message_id: str
     words: int
     chars: int
     key_items: int
     omitted: list[dict]
     has_next_step: bool
+    next_step_none: bool
+    history_complete: bool
     contradictions: list[str]
     wrong_state: list[str]
     invented_paths: list[str]
@@ -60,28 +66,41 @@ class SummaryAudit:
 
 
 def audit_rollout(rollout: Rollout) -> list[SummaryAudit]:
-    """One audit per summary of the rollout, in order."""
+    """One audit per summary of the rollout (``history.summary_of`` decides what one is:
+    summary calls and rewrite-inserted summaries alike), in order."""
     audits = []
     for comp in compactions(rollout, replay(rollout)):
-        check = check_summary(
-            comp.summary, workspace_state(comp.history), workspace_state(comp.prior)
-        )
+        check = summary_check(comp)
         audits.append(
             SummaryAudit(
                 rollout_id=rollout.rollout_id,
                 call_index=comp.summary_call.index if comp.summary_call else None,
+                opens_call_index=comp.opens.index if comp.opens else None,
                 message_id=comp.message_id,
                 words=check.words,
                 chars=check.chars,
                 key_items=check.key_items,
                 omitted=[o.model_dump() for o in check.omitted],
                 has_next_step=check.has_next_step,
+                next_step_none=check.next_step_none,
+                history_complete=comp.history_complete,
                 contradictions=check.contradictions,
                 wrong_state=check.wrong_state,
                 invented_paths=check.invented_paths,
             )
         )
     return audits
+
+
+def summary_check(comp: Compaction) -> SummaryCheck:
+    """The summary checks of one compaction: its live context is the state it must keep,
+    its whole prior history the truth its claims are held to."""
+    return check_summary(
+        comp.summary,
+        workspace_state(comp.history),
+        workspace_state(comp.prior),
+        history_complete=comp.history_complete,
+    )
 
 
 def aggregate(audits: list[dict]) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections import Counter
@@ -32,7 +33,8 @@ def iter_input_rollouts(specs: list[str], fmt: str, rejected: Counter) -> Iterat
 
 
 def _open_out(path: str):
-    return sys.stdout if path == "-" else open(path, "w")
+    """The file to write, or stdout for ``-`` (left open: more output may follow)."""
+    return contextlib.nullcontext(sys.stdout) if path == "-" else open(path, "w")
 
 
 def run_judge(args) -> int:

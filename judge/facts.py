@@ -23,10 +23,14 @@ _EXTENSIONS = (
 )
 _URL_RE = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I)
 # A path ends with a known extension and is not glued to a longer word or path.
+# Directories and file names may start with a dot (``.github/``, ``.claude/``, ``.worktrees/``,
+# ``.eslintrc.json``); a dot glued to a word before it is part of that word, not a path.
 _PATH_RE = re.compile(
-    rf"(?<![\w/.@-])((?:\.{{1,2}}/|~/|/)?(?:[\w@+-][\w.@+-]*/)*[\w+-][\w.+-]*\.(?:{_EXTENSIONS}))(?![\w/])"
+    rf"(?<![\w/.@-])((?:\.{{1,2}}/|~/|/)?(?:\.?[\w@+-][\w.@+-]*/)*\.?[\w+-][\w.+-]*\.(?:{_EXTENSIONS}))(?![\w/])"
 )
-_LOCATION_RE = re.compile(r'([\w./~-]+):\d+\b|File "([^"]+)", line \d+')
+# A location in a directory (``src/x.py:33``, ``./cmd/x.go:12:3``) or a Python traceback
+# frame; a bare ``hooks_test.go:196:`` is a test log line, not where a failure lives.
+_LOCATION_RE = re.compile(r'([\w.~-]*/[\w./~-]+):\d+\b|File "([^"]+)", line \d+')
 _NODEID_RE = re.compile(r"[\w/.-]+\.py::([\w.\[\]-]+(?:::[\w.\[\]-]+)*)")
 _TEST_FN_RE = re.compile(r"\b(test_\w+)\b(?!\.\w|[\w/])")  # not a file or module named test_x
 _ERROR_RE = re.compile(r"\b([A-Z]\w*(?:Error|Exception))\b")
@@ -38,9 +42,13 @@ _ERROR_LINE_RE = re.compile(
 _FAILED_TEST_LINE_RE = re.compile(r"^(?:FAILED|ERROR|FAIL:|ERROR:)\s+(\S+)", re.M)
 _PASSED_NODE_RE = re.compile(r"\S+\.py::([\w.\[\]:-]+)\s+PASSED")
 _PASSED_UNITTEST_RE = re.compile(r"^(test_\w+) \(.*\) \.\.\. ok$", re.M)
+# What a failed run prints. An exception name counts only where a line states it as raised
+# (``KeyError: 'x'`` at the start of a line): output that merely *shows* one — a ``git diff``
+# of code defining ``ShadowBranchConflictError``, a file listing — is not a failure.
 _FAILURE_RE = re.compile(
-    r"Traceback \(most recent call last\)|^(?:FAILED|ERROR|FAIL)\b|\b[1-9]\d* (?:failed|errors?)\b"
-    r"|\b[A-Z]\w*(?:Error|Exception)\b|exit (?:code|status):? *[1-9]|returncode[=:] *[1-9]"
+    r"Traceback \(most recent call last\)|^(?:FAILED|ERROR|FAIL|--- FAIL)\b"
+    r"|\b[1-9]\d* (?:failed|errors?)\b"
+    r"|^[\w.]*(?:Error|Exception)\b(?::|$)|exit (?:code|status):? *[1-9]|returncode[=:] *[1-9]"
     r"|command not found|No such file or directory|^panic:",
     re.M,
 )
@@ -61,9 +69,14 @@ _PATH_KEYS = (
     "dir",
     "directory",
 )
+# Runs that verify the code ("test" ops): test runners, compilers and linters, and task
+# runners running such a task (``mise run test``, ``just lint``, ``npm run test:unit``).
 _TEST_RUNNERS = re.compile(
-    r"\b(?:pytest|py\.test|unittest|tox|nox|go test|cargo test|npm (?:run )?test|yarn test|pnpm test|"
-    r"make (?:test|check)|jest|mocha|vitest|rspec|phpunit|ctest|mvn test|gradle test)\b"
+    r"\b(?:pytest|py\.test|unittest|tox|nox|go test|cargo test|jest|mocha|vitest|rspec|phpunit"
+    r"|ctest|mvn test|gradle test|go (?:build|vet)|cargo (?:build|check|clippy)|golangci-lint"
+    r"|ruff check|mypy|eslint|tsc"
+    r"|(?:npm|yarn|pnpm|bun|mise|just|task|make|rake|hatch|poetry|uv)(?: run)?"
+    r" (?:test|check|lint|build)[\w:-]*)\b"
 )
 _READERS = {"cat", "head", "tail", "less", "more", "nl", "bat", "view"}
 _SEARCHERS = {
@@ -109,6 +122,23 @@ def same_path(a: str, b: str) -> bool:
 
 def mentions_path(text_paths: list[str], path: str) -> bool:
     return any(same_path(p, path) for p in text_paths)
+
+
+def abbreviates(short: str, path: str) -> bool:
+    """A bare file name that shortens a path's name to its last words: summaries write
+    ``condensation.go`` for ``strategy/manual_commit_condensation.go``."""
+    name = path.rsplit("/", 1)[-1]
+    return "/" not in short and (name.endswith("_" + short) or name.endswith("-" + short))
+
+
+_HARNESS_FILE_RE = re.compile(r"(?:^|/)\.claude/(?:plans|todos|projects|shell-snapshots|statsig)/")
+
+
+def is_harness_file(path: str) -> bool:
+    """A file the agent harness keeps for itself (Claude Code's plans and todos under
+    ``~/.claude/``), not one of the workspace the task is about (a project's own
+    ``.claude/settings.json`` is)."""
+    return bool(_HARNESS_FILE_RE.search(path))
 
 
 def test_names_in(text: str) -> list[str]:

@@ -5,16 +5,21 @@ loops and off-task continuations before SFT; seam adds unresolved rollouts
 
 - ``malformed_request``: a tool call whose arguments are not a JSON object (each tool
   judged by its own kind: a ``custom`` (freeform) tool's input is raw text by design,
-  see ``meta.tool_kinds`` in docs/readers.md), a call of a tool the rollout's tool list
-  does not define, or a rollout that ends waiting for a tool result (its last call asked
-  for tools, and not to finish or to compact).
+  see ``meta.tool_kinds`` in docs/readers.md), or a call of a tool the rollout's tool
+  list does not define.
+- A rollout that ends waiting for a tool result (its last call asked for tools, and not to
+  finish or to compact) is not malformed: the transcript was saved mid-tool (a running
+  sub-agent, a ``git commit`` in flight). ``trim_dangling_call`` removes that last call
+  (counted as ``trimmed_dangling_calls``) and the rollout is kept.
 - ``summary_loop``: two compactions with no action call between them, or consecutive
   summaries whose text is near-identical (``difflib`` ratio ≥ ``LOOP_SIMILARITY``):
   the agent compacts instead of working. An opaque summary (an encrypted remote
   compaction) has no known text and is never compared.
 - ``off_task``: the first calls after a compaction work only on files that appear
-  nowhere before it — not in the history, the summary or the task: the agent lost the
-  task with its context.
+  nowhere before it — not in the history, the summary or the task, nor in a directory
+  of a file that does: the agent lost the task with its context. (A file guessed next to
+  the ones the agent works on is a guess on the task, not a departure from it; after a
+  user message that follows the compaction, the user sets the task.)
 - ``unresolved`` / ``outcome_unknown`` (only with ``resolved_only``).
 - ``over_length`` (per segment): more tokens than ``max_tokens``.
 
@@ -26,7 +31,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from judge.facts import classify, mentions_path, parse_arguments, paths_in
+from judge.facts import classify, mentions_path, parse_arguments, paths_in, same_path
 from judge.history import POST_COMPACTION_CALLS, compactions
 from judge.workspace import workspace_state
 from pipeline.segment import replay
@@ -90,18 +95,38 @@ def malformed_request(rollout: Rollout) -> tuple[str, str] | None:
                 )
             if known and tc.name not in known:
                 return "malformed_request", f"call {index}: unknown tool {tc.name!r}"
+    return None
+
+
+def trim_dangling_call(rollout: Rollout) -> Rollout | None:
+    """The rollout without its last call when that call waits for a tool result it never
+    got (and it has calls before it); None when there is nothing to trim. The events
+    from that call on are dropped: results of its other parallel calls go with it."""
     answered = {
         e.tool_call_id for e in rollout.events if isinstance(e, MessageEvent) and e.role == "tool"
     }
-    last = calls[-1]
+    last_at = max(
+        (
+            i
+            for i, e in enumerate(rollout.events)
+            if isinstance(e, MessageEvent) and e.role == "assistant"
+        ),
+        default=None,
+    )
+    if last_at is None:
+        return None
+    last = rollout.events[last_at]
     pending = [
         tc
         for tc in last.tool_calls
         if tc.id not in answered and classify(tc).kind not in _ENDING_KINDS
     ]
-    if pending:
-        return "malformed_request", f"call {len(calls) - 1}: {pending[0].name} never got a result"
-    return None
+    earlier = any(
+        isinstance(e, MessageEvent) and e.role == "assistant" for e in rollout.events[:last_at]
+    )
+    if not pending or not earlier:
+        return None
+    return rollout.model_copy(update={"events": rollout.events[:last_at]})
 
 
 def summary_loop(rollout: Rollout) -> tuple[str, str] | None:
@@ -141,6 +166,8 @@ def off_task(rollout: Rollout) -> tuple[str, str] | None:
         (e.content for e in rollout.events if isinstance(e, MessageEvent) and e.role == "user"), ""
     )
     for comp in compactions(rollout, replay(rollout)):
+        if comp.user_redirect:  # the user gave new work: following it is on task
+            continue
         ops = [
             classify(tc) for v in comp.after[:POST_COMPACTION_CALLS] for tc in v.message.tool_calls
         ]
@@ -151,9 +178,25 @@ def off_task(rollout: Rollout) -> tuple[str, str] | None:
         known = (
             workspace_state(comp.history).seen_paths + paths_in(comp.summary) + paths_in(task_text)
         )
-        if not any(mentions_path(known, t) for t in touched):
+        if not any(mentions_path(known, t) or _near_known(t, known) for t in touched):
             return (
                 "off_task",
                 f"after {comp.message_id} the agent works only on unseen files: {', '.join(touched[:3])}",
             )
     return None
+
+
+def _near_known(path: str, known: list[str]) -> bool:
+    """``path`` lies in the directory of a known file, or in a directory above or below
+    one (``src/pkg/new.py`` next to a known ``src/pkg/a.py``)."""
+    folder = path.rsplit("/", 1)[0] if "/" in path.strip("/") else ""
+    if not folder.strip("/"):
+        return False
+    dirs = {k.rsplit("/", 1)[0] for k in known if "/" in k.strip("/")}
+    return any(
+        same_path(folder, d)
+        or d.endswith("/" + folder)
+        or (folder + "/") in (d + "/")
+        or (d + "/") in (folder + "/")
+        for d in dirs
+    )

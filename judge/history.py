@@ -2,10 +2,17 @@
 
 A compaction is either a **summary call** (the policy wrote the summary: AutoCompact's
 ``compact()``, CompactionRL's ``q_sum`` call) or a compaction **rewrite** that inserts a
-summary the rollout did not record as a call (Claude Code's ``isCompactSummary`` message).
-Either way the summary was written from the live context at that moment and is followed
-by a new *window* of calls; the first calls of that window are the "first steps after
-compaction" that AutoCompact's judge reviews.
+summary the rollout did not record as a call (Claude Code's ``isCompactSummary`` message,
+Codex's replacement history, an OpenHands condensation). ``summary_of`` is the one place
+that decides what a summary is; a microcompaction (tool results cleared in place), a
+truncation or an edit inserts none, so it is never taken for a summary, even when it
+comes right before the compaction. Either way the summary was written from the live
+context at that moment and is followed by a new *window* of calls; the first calls of
+that window are the "first steps after compaction" that AutoCompact's judge reviews.
+
+Who decided to compact matters to the rules: in harness logs (Claude Code, Codex) the
+agent never decides (``budget`` = the harness at its token budget, ``manual`` = the
+user's ``/compact``), so trigger questions apply only to compactions the policy chose.
 """
 
 from __future__ import annotations
@@ -19,6 +26,11 @@ from schemas.rollout import MessageEvent, RewriteEvent, Rollout
 # AutoCompact reviews "the first steps after compaction"; three calls cover re-orienting
 # (read the file the summary names), acting, and checking.
 POST_COMPACTION_CALLS = 3
+# Reader flags on the message a compaction rewrite inserts as its summary.
+SUMMARY_FLAGS = ("compact_summary", "condensation_summary")
+# rollout.meta["fidelity"] reasons (pipeline/fidelity.py) that mean the history before a
+# point is not all in the rollout, so "never seen before" cannot be judged there.
+INCOMPLETE_HISTORY = ("slice_start", "lost_records", "opaque_summary")
 
 
 @dataclass(frozen=True)
@@ -27,23 +39,65 @@ class Compaction:
     message_id: str  # the summary call, or the message the rewrite inserted
     summary_call: CallView | None  # None when the rewrite inserted a summary not written by a call
     history: tuple[MessageEvent, ...]  # the live context the summary was written from
-    prior: tuple[
-        MessageEvent, ...
-    ]  # every message before the summary, compacted-away ones included
+    prior: tuple[MessageEvent, ...]  # every message before the summary, compacted-away included
     trigger: str | None  # budget | model | manual, when a rewrite recorded it
     after: tuple[CallView, ...]  # the action calls of the window it opens
+    opens: CallView | None  # the first call of the window it opens (None: the rollout ends)
+    user_after: tuple[MessageEvent, ...]  # user messages between the summary and ``opens``
+    history_complete: bool  # every message before the summary is in the rollout
+
+    @property
+    def user_redirect(self) -> bool:
+        """The user spoke after the compaction: the agent follows them, not the summary."""
+        return any(not is_harness_note(m.content) for m in self.user_after)
+
+    @property
+    def policy_chose(self) -> bool:
+        """The policy decided to compact here (not the harness's budget, not the user)."""
+        if self.trigger is not None:
+            return self.trigger == "model"
+        return self.summary_call is not None
+
+
+def is_harness_note(text: str) -> bool:
+    """A user-role message the harness wrote, not the user: Claude Code's slash-command
+    echo (``<command-name>/compact</command-name>``), its command output, its caveats."""
+    return text.lstrip().startswith(
+        ("<command-name>", "<command-message>", "<local-command-", "Caveat: ")
+    )
+
+
+def summary_of(event: MessageEvent | RewriteEvent) -> MessageEvent | None:
+    """The summary message of a compaction, or None when ``event`` is not one: a summary
+    call is its own summary; a compaction rewrite's summary is the message it inserts with
+    a reader's summary flag, else the one new user/assistant message it inserts. A
+    microcompaction (Claude Code's ``microcompact_boundary``: results cleared in place)
+    replaces tool results, never writes a summary."""
+    if isinstance(event, MessageEvent):
+        return event if event.role == "assistant" and event.call_kind == "summary" else None
+    if event.reason != "compaction" or event.meta.get("kind") == "microcompact":
+        return None
+    new = [m for m in event.context if isinstance(m, MessageEvent)]
+    flagged = [m for m in new if any(m.meta.get(f) for f in SUMMARY_FLAGS)]
+    if flagged:
+        return flagged[0]
+    spoken = [m for m in new if m.role in ("user", "assistant")]
+    return spoken[0] if len(spoken) == 1 else None
 
 
 def is_compaction_rewrite(view: CallView) -> bool:
     return view.rewrite is not None and view.rewrite.reason == "compaction"
 
 
-def windows(views: list[CallView]) -> list[list[CallView]]:
-    """Calls grouped into context windows: a summary call closes its window, a compaction
-    rewrite opens a new one."""
+def windows(views: list[CallView], rollout: Rollout | None = None) -> list[list[CallView]]:
+    """Calls grouped into context windows: a summary call closes its window, a rewrite
+    that inserts a summary opens a new one (with ``rollout``; without it, any compaction
+    rewrite does)."""
+    opening = _summary_rewrites(rollout) if rollout is not None else None
     out: list[list[CallView]] = [[]]
     for view in views:
-        if is_compaction_rewrite(view) and out[-1]:
+        opens = view.message.id in opening if opening is not None else is_compaction_rewrite(view)
+        if opens and out[-1]:
             out.append([])
         out[-1].append(view)
         if view.message.call_kind == "summary":
@@ -55,61 +109,138 @@ def compactions(rollout: Rollout, views: list[CallView]) -> list[Compaction]:
     every = list(_all_messages(rollout))
     position = {m.id: i for i, m in enumerate(every)}
     results = {m.tool_call_id: m for m in every if m.role == "tool"}
-    rewrite_after = _rewrite_after_call(rollout)
-    wins = windows(views)
+    by_id = {v.message.id: v for v in views}
+    incomplete_from = _incomplete_from(rollout, position)
     found = []
-    for i, window in enumerate(wins):
-        nxt = wins[i + 1] if i + 1 < len(wins) else []
-        last = window[-1]
-        rewrite = rewrite_after.get(last.message.id)
-        if rewrite is not None and rewrite.reason != "compaction":
-            rewrite = None
-        after = tuple(v for v in nxt if v.message.call_kind == "action")
-        trigger = rewrite.trigger if rewrite is not None else None
-        if last.message.call_kind == "summary":
-            found.append(
-                Compaction(
-                    summary_text(last.message),
-                    last.message.id,
-                    last,
-                    last.context,
-                    tuple(every[: position[last.message.id]]),
-                    trigger,
-                    after,
-                )
+    last: CallView | None = None
+    pending_call: CallView | None = None  # a summary call whose rewrite may follow
+    for event in rollout.events:
+        if isinstance(event, MessageEvent) and event.role == "assistant":
+            if pending_call is not None:
+                found.append(_from_call(pending_call, None, every, position, incomplete_from))
+                pending_call = None
+            last = by_id[event.id]
+            if summary_of(event) is not None:
+                pending_call = last
+            continue
+        if not isinstance(event, RewriteEvent) or event.reason != "compaction":
+            continue
+        if pending_call is not None and event.meta.get("kind") != "microcompact":
+            found.append(_from_call(pending_call, event, every, position, incomplete_from))
+            pending_call = None
+            continue
+        summary = summary_of(event)
+        if summary is None or last is None:
+            continue
+        answers = tuple(results[c.id] for c in last.message.tool_calls if c.id in results)
+        history = last.context + (last.message,) + answers
+        found.append(
+            Compaction(
+                summary.content,
+                summary.id,
+                None,
+                history,
+                tuple(every[: position[summary.id]]),
+                event.trigger,
+                (),
+                None,
+                (),
+                position[summary.id] < incomplete_from,
             )
-        elif rewrite is not None:
-            inserted = [
-                m for m in rewrite.context if isinstance(m, MessageEvent) and m.role != "system"
-            ]
-            if not inserted:
-                continue
-            answers = tuple(results[c.id] for c in last.message.tool_calls if c.id in results)
-            found.append(
-                Compaction(
-                    "\n".join(m.content for m in inserted),
-                    inserted[0].id,
-                    None,
-                    last.context + (last.message,) + answers,
-                    tuple(every[: position[inserted[0].id]]),
-                    trigger,
-                    after,
-                )
-            )
-    return found
+        )
+    if pending_call is not None:
+        found.append(_from_call(pending_call, None, every, position, incomplete_from))
+    return [_with_window(c, views) for c in found]
 
 
-def _rewrite_after_call(rollout: Rollout) -> dict[str, RewriteEvent]:
-    """The first rewrite after each call (before the next call), by call message id; the
-    rewrite that installs a summary can be the rollout's last event."""
-    found, last_call = {}, None
+def _from_call(
+    view: CallView,
+    rewrite: RewriteEvent | None,
+    every: list[MessageEvent],
+    position: dict[str, int],
+    incomplete_from: int,
+) -> Compaction:
+    at = position[view.message.id]
+    return Compaction(
+        summary_text(view.message),
+        view.message.id,
+        view,
+        view.context,
+        tuple(every[:at]),
+        rewrite.trigger if rewrite is not None else None,
+        (),
+        None,
+        (),
+        at < incomplete_from,
+    )
+
+
+def _with_window(comp: Compaction, views: list[CallView]) -> Compaction:
+    """Fill in the calls of the window the compaction opens: from the first call whose
+    context holds the summary (or, after a summary call, the next call) to the next
+    compaction."""
+    if comp.summary_call is not None:
+        start = comp.summary_call.index + 1
+    else:
+        start = next(
+            (v.index for v in views if any(m.id == comp.message_id for m in v.context)),
+            len(views),
+        )
+    window: list[CallView] = []
+    for view in views[start:]:
+        if window and view.rewrite is not None and summary_of(view.rewrite) is not None:
+            break
+        window.append(view)
+        if view.message.call_kind == "summary":
+            break
+    opens = window[0] if window else None
+    user_after: tuple[MessageEvent, ...] = ()
+    if opens is not None:
+        ids = [m.id for m in opens.context]
+        since = ids.index(comp.message_id) + 1 if comp.message_id in ids else len(ids)
+        user_after = tuple(
+            m
+            for m in opens.context[since:]
+            if m.role == "user" and not m.meta.get("is_meta") and m.content.strip()
+        )
+    return Compaction(
+        comp.summary,
+        comp.message_id,
+        comp.summary_call,
+        comp.history,
+        comp.prior,
+        comp.trigger,
+        tuple(v for v in window if v.message.call_kind == "action"),
+        opens,
+        user_after,
+        comp.history_complete,
+    )
+
+
+def _summary_rewrites(rollout: Rollout) -> set[str]:
+    """Ids of the calls right after a rewrite that inserted a summary."""
+    found, armed = set(), False
     for event in rollout.events:
         if isinstance(event, RewriteEvent):
-            if last_call is not None:
-                found.setdefault(last_call, event)
+            armed = armed or summary_of(event) is not None
         elif event.role == "assistant":
-            last_call = event.id
+            if armed:
+                found.add(event.id)
+            armed = False
     return found
+
+
+def _incomplete_from(rollout: Rollout, position: dict[str, int]) -> int:
+    """The position from which the history is known to be incomplete: 0 when a reader
+    recorded a missing start or lost records for the whole rollout, else the first
+    affected event's position (reader convention of ``rollout.meta["fidelity"]``)."""
+    entries = rollout.meta.get("fidelity") or []
+    at = len(position) + 1
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("reason") in INCOMPLETE_HISTORY:
+            where = position.get(entry.get("event_id")) if entry.get("event_id") else 0
+            at = min(at, 0 if where is None else where)
+    return at
 
 
 def _all_messages(rollout: Rollout):

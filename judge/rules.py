@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import re
 
-from judge.facts import mentions_path, paths_in, test_names_in
+from judge.audit import summary_check
+from judge.facts import classify, mentions_path, paths_in, test_names_in
 from judge.history import POST_COMPACTION_CALLS, Compaction, compactions, windows
-from judge.summary import check_summary, split_summary
+from judge.summary import split_summary, summary_body
 from judge.workspace import steps_in, workspace_state
 from pipeline.segment import CallView, replay
 from schemas.correction import Evidence, Finding, OmittedItem
-from schemas.rollout import MessageEvent, Rollout
+from schemas.rollout import MessageEvent, Rollout, ToolCall
 
 RULE_JUDGE = "seam-rules/1"
 _QUOTE_CHARS = 160
@@ -40,15 +41,31 @@ def judge_rollout(rollout: Rollout) -> list[Finding]:
     """Every rule's findings on one rollout, ordered by call index (then type, verdict)."""
     views = replay(rollout)
     comps = compactions(rollout, views)
-    findings = missed_triggers(rollout, views) + early_compactions(rollout, comps)
+    findings = early_compactions(rollout, comps)
+    if policy_compacts(rollout, views, comps):
+        findings += missed_triggers(rollout, views)
     findings += summary_findings(rollout, comps) + continuation_findings(rollout, comps)
     return sorted(findings, key=lambda f: (f.call_index, f.type, f.verdict))
 
 
+def policy_compacts(rollout: Rollout, views: list[CallView], comps: list[Compaction]) -> bool:
+    """The policy can decide to compact: it chose a compaction, has a ``compact``-style
+    tool, or called one. In harness logs (Claude Code, Codex) it cannot — the harness
+    compacts at its budget, the user with ``/compact`` — so "should have compacted"
+    questions do not apply there."""
+    if any(c.policy_chose for c in comps):
+        return True
+    tools = [str(t.get("function", t).get("name", "")) for t in rollout.tools]
+    if any(classify(ToolCall(id="t", name=n, arguments="{}")).kind == "compact" for n in tools):
+        return True
+    return any(classify(tc).kind == "compact" for v in views for tc in v.message.tool_calls)
+
+
 def missed_triggers(rollout: Rollout, views: list[CallView]) -> list[Finding]:
-    """Rule (a): one finding per window, at the first repeated read or search."""
+    """Rule (a): one finding per window, at the first repeated read or search (a re-read
+    of a file the call then edits is the harness's read-before-edit rule, not a symptom)."""
     findings = []
-    for window in windows(views):
+    for window in windows(views, rollout):
         compacts = window[-1].message.call_kind == "summary"
         first_seen: dict[str, MessageEvent] = {}  # read/search signature -> first call that made it
         hit = None
@@ -59,7 +76,7 @@ def missed_triggers(rollout: Rollout, views: list[CallView]) -> list[Finding]:
                 if step.op.kind not in ("read", "search"):
                     continue
                 earlier = first_seen.setdefault(step.op.signature, view.message)
-                if earlier.id != view.message.id:
+                if earlier.id != view.message.id and not _read_before_edit(step, window):
                     hit = (view, earlier, step)
                     break
             if hit:
@@ -87,7 +104,7 @@ def early_compactions(rollout: Rollout, comps: list[Compaction]) -> list[Finding
     """Rule (b): a policy compaction right after unverified writes."""
     findings = []
     for comp in comps:
-        if comp.summary_call is None or comp.trigger == "budget":
+        if comp.summary_call is None or not comp.policy_chose:
             continue
         state = workspace_state(comp.history)
         if state.unverified_writes:
@@ -111,15 +128,16 @@ def early_compactions(rollout: Rollout, comps: list[Compaction]) -> list[Finding
 
 
 def summary_findings(rollout: Rollout, comps: list[Compaction]) -> list[Finding]:
-    """Rule (c): one finding per failed summary check."""
+    """Rule (c): one finding per failed summary check, for every summary (a summary
+    call, or a summary a rewrite inserted: then the finding names the first call that
+    saw it, and its evidence the summary message)."""
     findings = []
     for comp in comps:
-        if comp.summary_call is None:
+        view = comp.summary_call or comp.opens
+        if view is None:
             continue
-        view = comp.summary_call
-        check = check_summary(
-            comp.summary, workspace_state(comp.history), workspace_state(comp.prior)
-        )
+        summary_msg = _summary_message(comp)
+        check = summary_check(comp)
         if check.omitted:
             findings.append(
                 _finding(
@@ -146,7 +164,7 @@ def summary_findings(rollout: Rollout, comps: list[Compaction]) -> list[Finding]
                     "invented",
                     "the summary names paths never seen before it: "
                     + ", ".join(check.invented_paths),
-                    [_evidence(view.message, p) for p in check.invented_paths],
+                    [_evidence(summary_msg, p) for p in check.invented_paths],
                 )
             )
         if not check.has_next_step:
@@ -176,15 +194,23 @@ def summary_findings(rollout: Rollout, comps: list[Compaction]) -> list[Finding]
 
 
 def continuation_findings(rollout: Rollout, comps: list[Compaction]) -> list[Finding]:
-    """Rule (d): redone work and ignored next steps in the first calls after a compaction."""
+    """Rule (d): redone work and ignored next steps in the first calls after a compaction.
+    A re-read of a file the window then edits is required by harnesses (Claude Code
+    refuses an edit of a file not read in the current context), not a redo; a user
+    message after the compaction overrides the summary's next step."""
     findings = []
     for comp in comps:
         first = comp.after[:POST_COMPACTION_CALLS]
         if not first:
             continue
-        state_part, next_part = split_summary(comp.summary)
+        state_part, next_part = split_summary(summary_body(comp.summary))
         next_part = next_part or ""
-        targets = paths_in(next_part) + test_names_in(next_part) + _identifiers(next_part)
+        targets = (
+            paths_in(next_part)
+            + test_names_in(next_part)
+            + _identifiers(next_part)
+            + _commands(next_part)
+        )
         state_paths = paths_in(state_part)
         before = _established(comp.history)
         for view in first:
@@ -195,15 +221,12 @@ def continuation_findings(rollout: Rollout, comps: list[Compaction]) -> list[Fin
                     if s.op.signature in before
                     and _recorded(before[s.op.signature], state_paths)
                     and not _mentions_any(f"{s.tool_call.name} {s.tool_call.arguments}", targets)
+                    and not _read_before_edit(s, comp.after)
                 ),
                 None,
             )
             if redo:
-                quoted = [
-                    _evidence(comp.summary_call.message, t)
-                    for t in redo.op.targets[:1]
-                    if comp.summary_call
-                ]
+                quoted = [_evidence(_summary_message(comp), t) for t in redo.op.targets[:1]]
                 findings.append(
                     _finding(
                         rollout,
@@ -216,7 +239,11 @@ def continuation_findings(rollout: Rollout, comps: list[Compaction]) -> list[Fin
                     )
                 )
                 break
-        if targets and not any(_touches(view, targets) for view in first):
+        if (
+            targets
+            and not comp.user_redirect
+            and not any(_touches(view, targets) for view in first)
+        ):
             findings.append(
                 _finding(
                     rollout,
@@ -229,6 +256,22 @@ def continuation_findings(rollout: Rollout, comps: list[Compaction]) -> list[Fin
                 )
             )
     return findings
+
+
+def _read_before_edit(step, calls) -> bool:
+    """A read of a file that one of ``calls`` then writes: the read an edit needs."""
+    if step.op.kind != "read" or not step.op.targets:
+        return False
+    written = [p for v in calls for s in steps_in([v.message]) for p in s.op.written]
+    return any(mentions_path(written, t) for t in step.op.targets)
+
+
+def _summary_message(comp: Compaction) -> MessageEvent:
+    if comp.summary_call is not None:
+        return comp.summary_call.message
+    return next(
+        m for v in (comp.opens,) if v is not None for m in v.context if m.id == comp.message_id
+    )
 
 
 def _established(history) -> dict:
@@ -263,7 +306,12 @@ def _recorded(step, state_paths: list[str]) -> bool:
 
 
 def _touches(view: CallView, targets: list[str]) -> bool:
-    """A call works on something the next step names (in what it says or what it calls)."""
+    """A call works on something the next step names (in what it says or what it calls);
+    a test run follows a next step that names a test (the suite runs it)."""
+    if any(_is_test_name(t) for t in targets) and any(
+        classify(c).kind == "test" for c in view.message.tool_calls
+    ):
+        return True
     return _mentions_any(
         view.message.content
         + " "
@@ -274,10 +322,25 @@ def _touches(view: CallView, targets: list[str]) -> bool:
 
 def _mentions_any(text: str, targets: list[str]) -> bool:
     mentioned = paths_in(text)
+    squashed = " ".join(text.split())
     return any(
-        mentions_path(mentioned, t) if "." in t else re.search(rf"\b{re.escape(t)}\b", text)
+        t in squashed
+        if " " in t
+        else mentions_path(mentioned, t)
+        if "." in t
+        else re.search(rf"\b{re.escape(t)}\b", text)
         for t in targets
     )
+
+
+def _commands(text: str) -> list[str]:
+    """Commands the next step quotes in backticks (``mise run test``): quoted words with a
+    space between them."""
+    return [t.strip() for t in re.findall(r"`([^`\n]+ [^`\n]+)`", text)]
+
+
+def _is_test_name(target: str) -> bool:
+    return bool(re.fullmatch(r"(?:test_\w+|Test\w+)", target))
 
 
 def _identifiers(text: str) -> list[str]:

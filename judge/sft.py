@@ -5,8 +5,10 @@ in. Per rollout, inside the build's workers (``TaskStage``):
 
 1. attach corrections (embedded, and from ``--corrections FILE``); the ones that do not
    fit go to quarantine with their reason (``attach.py``);
-2. run the filters; a filtered rollout goes to quarantine as ``filtered (REASON): ...``
-   and is counted by reason, so ``read = accepted + quarantined`` still holds;
+2. trim a last call left waiting for its tool result (a transcript saved mid-tool;
+   counted as ``trimmed_dangling_calls``), then run the filters; a filtered rollout goes
+   to quarantine as ``filtered (REASON): ...`` and is counted by reason, so
+   ``read = accepted + quarantined`` still holds;
 3. after segmenting and masking (the same rows as RL), drop over-length segments and
    add the SFT columns: ``messages``, ``corrections``, ``summary_audit``;
 4. collect one preference pair per attached correction: the call's context (what the
@@ -31,7 +33,7 @@ import pyarrow.parquet as pq
 
 from judge.attach import CorrectionsFile, attach, executed_output_text
 from judge.audit import SUMMARY_AUDIT, audit_rollout
-from judge.filters import FilterOptions, over_length, rollout_filter
+from judge.filters import FilterOptions, over_length, rollout_filter, trim_dangling_call
 from pipeline.render import template_message
 from pipeline.segment import replay
 from schemas.rollout import Rollout
@@ -169,6 +171,10 @@ class TaskStage:
         extra = self.corrections.for_rollout(rollout.rollout_id) if self.corrections else []
         if extra:
             self.claimed.add(rollout.rollout_id)
+        trimmed = trim_dangling_call(rollout)
+        if trimmed is not None:
+            self.counts["trimmed_dangling_calls"] += 1
+            rollout = trimmed
         attached, rejected = attach(rollout, extra)
         entries = [r.quarantine_entry() for r in rejected]
         self.counts["corrections_quarantined"] += len(rejected)
@@ -192,16 +198,14 @@ class TaskStage:
         self.counts.update(f"corrections_{c.type}" for c in rollout.corrections)
         views = replay(rollout)
         self.pairs += _pairs(rollout, views)
-        audits = {
-            a.call_index: a.as_struct() for a in audit_rollout(rollout) if a.call_index is not None
-        }
+        audit_at = _audits_by_segment(audit_rollout(rollout), segments)
         by_call: dict[int, list] = {}
         for c in rollout.corrections:
             by_call.setdefault(c.call_index, []).append(
                 c.model_dump(mode="json", exclude={"rollout_id"})
             )
         values: dict[str, list] = {"messages": [], "corrections": [], "summary_audit": []}
-        for masked in segments:
+        for at, masked in enumerate(segments):
             spans = masked.segment.spans
             trained_ids = {
                 views[s.call_index].message.id for s, t in zip(spans, masked.trained) if t
@@ -215,9 +219,7 @@ class TaskStage:
                 messages.append(item)
             values["messages"].append(json.dumps(messages, ensure_ascii=False))
             values["corrections"].append([c for s in spans for c in by_call.get(s.call_index, [])])
-            values["summary_audit"].append(
-                [audits[s.call_index] for s in spans if s.call_index in audits]
-            )
+            values["summary_audit"].append(audit_at.get(at, []))
         return values
 
     def close(self) -> dict:
@@ -228,6 +230,31 @@ class TaskStage:
         )
         _atomic(claimed_path, lambda tmp: Path(tmp).write_text(json.dumps(sorted(self.claimed))))
         return dict(self.counts)
+
+
+def _audits_by_segment(audits, segments) -> dict[int, list[dict]]:
+    """Each summary audit on exactly one row: the segment that trains its summary call, or
+    (a summary a rewrite inserted) the segment that opens with the first call that saw it;
+    when that segment was dropped, the next kept one, else the rollout's last — so the
+    SFT build carries an audit for every compaction ``seam audit`` finds in its inputs."""
+    found: dict[int, list[dict]] = {}
+    if not segments:
+        return found
+    firsts = [m.segment.spans[0].call_index if m.segment.spans else 0 for m in segments]
+    lasts = [m.segment.spans[-1].call_index if m.segment.spans else 0 for m in segments]
+    for audit in audits:
+        target = audit.call_index if audit.call_index is not None else audit.opens_call_index
+        at = len(segments) - 1
+        if target is not None:
+            holding = [
+                i
+                for i, m in enumerate(segments)
+                if any(s.call_index == target for s in m.segment.spans)
+            ]
+            later = [i for i in range(len(segments)) if firsts[i] >= target or lasts[i] >= target]
+            at = (holding or later or [at])[0]
+        found.setdefault(at, []).append(audit.as_struct())
+    return found
 
 
 def _pairs(rollout: Rollout, views) -> list[dict]:

@@ -40,7 +40,7 @@ def print_sft_counts(counts: dict) -> None:
     table.add_column("what")
     table.add_column("count", justify="right")
     for key in sorted(counts):
-        if key.startswith(("corrections_", "filtered_")) or key == "preference_pairs":
+        if key.startswith(("corrections_", "filtered_", "trimmed_")) or key == "preference_pairs":
             table.add_row(key.replace("_", " "), f"{counts[key]:,}")
     Console().print(table)
 
@@ -79,7 +79,8 @@ def register_build_sft(sub) -> None:
     p.add_argument(
         "--keep-malformed",
         action="store_true",
-        help="Turn off the malformed-request filter (unparsable tool arguments, unknown tools, missing results).",
+        help="Turn off the malformed-request filter (unparsable tool arguments, unknown tools). A last "
+        "call left without its tool result is trimmed, not filtered (trimmed_dangling_calls).",
     )
     p.add_argument(
         "--keep-summary-loops",

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from judge.facts import (
+    abbreviates,
     command_core,
     command_program,
     mentions_path,
@@ -35,8 +36,28 @@ from judge.workspace import WorkspaceState
 from schemas.correction import OmittedItem
 from schemas.rollout import MessageEvent
 
-_NEXT_HEAD_RE = re.compile(
-    r"(?i)\b(?:next steps?|what to do next|to do next|what remains|remaining (?:work|steps|tasks)|pending tasks?|plan)\b"
+# Next-step headings, most specific first: Claude Code's summary has "7. Pending Tasks"
+# *and* "9. Optional Next Step"; the step is the latter.
+_NEXT_HEADS = (
+    re.compile(r"(?i)\b(?:next steps?|what to do next|to do next)\b"),
+    re.compile(r"(?i)\b(?:what remains|remaining (?:work|steps|tasks)|pending tasks?|plan)\b"),
+)
+# A next step saying that nothing is left ("None – the task is complete", "No explicit next
+# step requested"): the right answer when the work is done, not a missing step.
+_NONE_NEEDED_RE = re.compile(
+    r"(?i)^[\s*>#-]*(?:none\b|nothing\b|no (?:explicit |further |more |other )?"
+    r"(?:next steps?|steps?|tasks?|work|action)\b|n/a\b)"
+    r"|\b(?:task|work|implementation|fix|feature) (?:is|are) (?:now )?(?:complete|done|finished)\b"
+)
+# What harnesses wrap around a summary they insert (Claude Code's resume message); the
+# wrapper names the full transcript's path, which the summary's author never saw.
+_WRAPPER_HEAD_RE = re.compile(
+    r"^This session is being continued from a previous conversation[^\n]*\n"
+    r"|^Another language model started to solve this problem[^\n]*\n"
+)
+_WRAPPER_TAIL_RE = re.compile(
+    r"\n+(?:If you need specific details from before compaction[^\n]*"
+    r"|Please continue the conversation from where we left it off[^\n]*)\s*$"
 )
 _HEADING_RE = re.compile(
     r"^\s*(?:#{1,6}\s+\S|\*\*[^*]+\*\*:?\s*$|\*\*[^*]+:\*\*|\d+\.\s+[\w ]{2,40}:\s*$|[A-Z][\w /-]{1,40}:\s*$)"
@@ -88,20 +109,35 @@ def summary_text(call: MessageEvent) -> str:
     return "\n".join(values)
 
 
+def summary_body(text: str) -> str:
+    """The summary without the harness's wrapper around it (Claude Code's "This session is
+    being continued ..." head and "If you need specific details ... / Please continue ..."
+    tail): what the summary's author wrote."""
+    text = _WRAPPER_HEAD_RE.sub("", text, count=1)
+    while True:
+        stripped = _WRAPPER_TAIL_RE.sub("", text)
+        if stripped == text:
+            return text
+        text = stripped
+
+
 def split_summary(text: str) -> tuple[str, str | None]:
     """(state part, next-step part or None). The next-step part is the section under a
-    next-step heading, else the rest of a line such as "Next step: ..."."""
+    next-step heading (a "next step" heading before a "pending tasks" one), else the rest
+    of a line such as "Next step: ..."."""
     lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if _NEXT_HEAD_RE.search(line) and (
-            _HEADING_RE.match(line) or len(line) < 60 and line.rstrip().endswith(":")
-        ):
-            head_rest = line.split(":", 1)[1].strip(" *") if ":" in line else ""
-            end = next(
-                (j for j in range(i + 1, len(lines)) if _HEADING_RE.match(lines[j])), len(lines)
-            )
-            body = "\n".join([head_rest, *lines[i + 1 : end]]).strip()
-            return "\n".join(lines[:i] + lines[end:]), body
+    for head_re in _NEXT_HEADS:
+        for i, line in enumerate(lines):
+            if head_re.search(line) and (
+                _HEADING_RE.match(line) or len(line) < 60 and line.rstrip().endswith(":")
+            ):
+                head_rest = line.split(":", 1)[1].strip(" *") if ":" in line else ""
+                end = next(
+                    (j for j in range(i + 1, len(lines)) if _HEADING_RE.match(lines[j])),
+                    len(lines),
+                )
+                body = "\n".join([head_rest, *lines[i + 1 : end]]).strip()
+                return "\n".join(lines[:i] + lines[end:]), body
     for i, line in enumerate(lines):
         match = _INLINE_NEXT_RE.search(line)
         if match:
@@ -113,6 +149,11 @@ def is_concrete(step: str | None) -> bool:
     return bool(step) and bool(paths_in(step) or test_names_in(step) or _CONCRETE_RE.search(step))
 
 
+def says_none_needed(step: str | None) -> bool:
+    """The next step says nothing is left to do."""
+    return bool(step) and bool(_NONE_NEEDED_RE.search(step))
+
+
 @dataclass
 class SummaryCheck:
     chars: int
@@ -120,24 +161,34 @@ class SummaryCheck:
     key_items: int
     omitted: list[OmittedItem] = field(default_factory=list)
     next_step: str | None = None
-    has_next_step: bool = False
+    has_next_step: bool = False  # concrete, or "none needed" while no problem is open
+    next_step_none: bool = False  # the next step says nothing is left to do
     contradictions: list[str] = field(default_factory=list)
     wrong_state: list[str] = field(default_factory=list)
     invented_paths: list[str] = field(default_factory=list)
 
 
 def check_summary(
-    text: str, state: WorkspaceState, truth: WorkspaceState | None = None
+    text: str,
+    state: WorkspaceState,
+    truth: WorkspaceState | None = None,
+    history_complete: bool = True,
 ) -> SummaryCheck:
     """Check ``text`` against ``state`` (the workspace seen in the summary's live context)
-    and, for wrong-state claims, ``truth`` (the whole history before it; default ``state``)."""
+    and, for wrong-state claims, ``truth`` (the whole history before it; default ``state``).
+    Invented paths are judged only when ``history_complete`` (a slice's summary names
+    files read before the slice began). The harness's wrapper is not part of the summary."""
+    text = summary_body(text)
     state_part, next_part = split_summary(text)
     mentioned = paths_in(text)
+    none_needed = says_none_needed(next_part)
     check = SummaryCheck(
         chars=len(text),
         words=len(text.split()),
         next_step=next_part,
-        has_next_step=is_concrete(next_part),
+        has_next_step=is_concrete(next_part)
+        or (none_needed and not _states_open_problem(state_part)),
+        next_step_none=none_needed,
         key_items=len(state.key_files)
         + len(state.failing_commands)
         + len(state.errors)
@@ -171,9 +222,13 @@ def check_summary(
                 "the state says all tests pass but the next step says to fix failures"
             )
     check.wrong_state = _wrong_state_claims(state_part, truth or state)
-    check.invented_paths = [
-        p for p in paths_in(state_part) if not mentions_path(state.seen_paths, p)
-    ]
+    if history_complete:
+        seen = (truth or state).seen_paths
+        check.invented_paths = [
+            p
+            for p in paths_in(state_part)
+            if not mentions_path(seen, p) and not any(abbreviates(p, q) for q in seen)
+        ]
     return check
 
 

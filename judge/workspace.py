@@ -6,10 +6,12 @@ AutoCompact's working state is "which files are changed, which tests exist and w
 they pass" plus what is established; SUMMARIES.md lists the key state a summary must
 not drop: file paths, failing commands, error signatures, test names. Here:
 
-- key files: files the agent wrote, files its still-failing commands run, and files it
+- key files: files the agent wrote (not the harness's own, such as Claude Code's plan
+  files), files its still-failing commands run, and files it
   opened that those failures point at (traceback locations) or that the task names;
-- failing commands: commands whose *latest* run failed (a failure fixed later is history),
-  with the tests each reports failed;
+- failing commands: test, build and lint runs whose *latest* run failed (a failure fixed
+  later is history), with the tests each reports failed; an exploring command that exits
+  non-zero (a ``grep`` with no match) is not key state;
 - error signatures: exception names in those latest failing outputs;
 - key tests: tests a latest run reports failed, and tests the agent ran by name.
 
@@ -29,6 +31,7 @@ from judge.facts import (
     command_program,
     error_signatures_in,
     failed_tests_in,
+    is_harness_file,
     located_paths_in,
     looks_failed,
     mentions_path,
@@ -49,15 +52,26 @@ class Step:
     op: Op
     result: str | None
     result_id: str | None
+    # The harness's own verdict on the result (Claude Code's ``is_error``), when it records
+    # one for this rollout's results; None: judge by the result text.
+    result_error: bool | None = None
 
     @property
     def failed(self) -> bool:
-        return self.result is not None and looks_failed(self.result)
+        if self.result is None:
+            return False
+        if self.result_error is not None:
+            return self.result_error
+        return looks_failed(self.result)
 
 
 def steps_in(messages: Iterable[MessageEvent]) -> list[Step]:
+    """Every tool call with its result. Where the harness flags failed results
+    (``meta.is_error`` on any result), a result without the flag succeeded: its text may
+    quote an error (a diff, a log) without the command failing."""
     messages = list(messages)
     results = {m.tool_call_id: m for m in messages if m.role == "tool"}
+    flagged = any("is_error" in m.meta for m in results.values())
     steps = []
     for msg in messages:
         for call in msg.tool_calls:
@@ -69,6 +83,7 @@ def steps_in(messages: Iterable[MessageEvent]) -> list[Step]:
                     classify(call),
                     result.content if result else None,
                     result.id if result else None,
+                    bool(result.meta.get("is_error")) if result and flagged else None,
                 )
             )
     return steps
@@ -100,7 +115,7 @@ def workspace_state(messages: Iterable[MessageEvent]) -> WorkspaceState:
         op = step.op
         _add(state.written, op.written)
         _add(writes_since_test, op.written)
-        if op.kind in ("test", "run") and op.command:
+        if op.kind == "test" and op.command:  # a failing grep or `git show` is not key state
             latest_run[_run_key(op)] = step
         if op.kind != "test" or step.result is None:
             continue
@@ -122,7 +137,7 @@ def workspace_state(messages: Iterable[MessageEvent]) -> WorkspaceState:
     state.failing_commands = {s.op.command: failed_tests_in(s.result) for s in failing}
     for s in failing:
         _add(state.errors, error_signatures_in(s.result))
-    state.key_files = list(state.written)
+    state.key_files = [p for p in state.written if not is_harness_file(p)]
     _add(state.key_files, [p for s in failing for p in s.op.targets])
     opened = [p for s in steps if s.op.kind in ("read", "write") for p in s.op.targets]
     _add(

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from judge.filters import FilterOptions, over_length, rollout_filter
+from judge.filters import FilterOptions, over_length, rollout_filter, trim_dangling_call
 from schemas.rollout import MessageEvent, ToolCall
 from tests.judge.rollouts import Story
 
@@ -51,7 +51,7 @@ def test_a_tool_the_rollout_does_not_define_is_a_malformed_request():
     assert reason(clean().act(("browser", {"url": "x"}, "page"))) == "malformed_request"
 
 
-def test_a_rollout_ending_on_an_unanswered_tool_call_is_malformed_but_one_ending_on_submit_is_not():
+def test_a_rollout_ending_on_an_unanswered_tool_call_is_trimmed_but_one_ending_on_submit_is_not():
     story = clean()
     story.events.append(
         MessageEvent(
@@ -60,11 +60,22 @@ def test_a_rollout_ending_on_an_unanswered_tool_call_is_malformed_but_one_ending
             tool_calls=[ToolCall(id="y", name="bash", arguments='{"command": "ls"}')],
         )
     )
-    assert rollout_filter(story.build(), FilterOptions())[1] == "call 3: bash never got a result"
+    dangling = story.build()
+    assert reason(dangling) is None  # saved mid-tool: not malformed
+    trimmed = trim_dangling_call(dangling)
+    assert [c.id for c in trimmed.calls()] == [c.id for c in dangling.calls()[:-1]]
+    assert trimmed.events == dangling.events[:-1]
     story.events[-1] = MessageEvent(
         id="end", role="assistant", tool_calls=[ToolCall(id="y", name="submit", arguments="{}")]
     )
-    assert reason(story.build()) is None
+    assert trim_dangling_call(story.build()) is None
+    only_call = Story()
+    only_call.events.append(
+        MessageEvent(
+            id="a", role="assistant", tool_calls=[ToolCall(id="z", name="bash", arguments="{}")]
+        )
+    )
+    assert trim_dangling_call(only_call.build()) is None  # nothing would be left to train
 
 
 def test_a_compaction_right_after_a_compaction_is_a_summary_loop():
@@ -93,6 +104,16 @@ def test_first_calls_after_compaction_on_unseen_files_are_off_task():
     )
     assert reason(story) == "off_task"
     assert reason(story, off_task=False) is None
+
+
+def test_a_guessed_file_next_to_known_ones_is_not_off_task():
+    story = (
+        Story()
+        .act(("read_file", {"path": "src/dates.py"}, "code"))
+        .compact(SUMMARY)
+        .act(("read_file", {"path": "src/time_utils.py"}, "No such file or directory"))
+    )
+    assert reason(story) is None
 
 
 def test_resolved_only_drops_unresolved_and_unknown_outcomes():
