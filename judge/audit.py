@@ -67,9 +67,12 @@ class SummaryAudit:
 
 def audit_rollout(rollout: Rollout) -> list[SummaryAudit]:
     """One audit per summary of the rollout (``history.summary_of`` decides what one is:
-    summary calls and rewrite-inserted summaries alike), in order."""
+    summary calls and rewrite-inserted summaries alike), in order. An opaque summary
+    (Codex's encrypted remote compaction) has no text to check and is not audited."""
     audits = []
     for comp in compactions(rollout, replay(rollout)):
+        if comp.opaque:
+            continue
         check = summary_check(comp)
         audits.append(
             SummaryAudit(

@@ -28,6 +28,7 @@ from schemas.rollout import MessageEvent, RewriteEvent, Rollout
 POST_COMPACTION_CALLS = 3
 # Reader flags on the message a compaction rewrite inserts as its summary.
 SUMMARY_FLAGS = ("compact_summary", "condensation_summary")
+OPAQUE_FLAG = "opaque"  # an item whose text the log does not hold (pipeline/fidelity.py)
 # rollout.meta["fidelity"] reasons (pipeline/fidelity.py) that mean the history before a
 # point is not all in the rollout, so "never seen before" cannot be judged there.
 INCOMPLETE_HISTORY = ("slice_start", "lost_records", "opaque_summary")
@@ -45,6 +46,7 @@ class Compaction:
     opens: CallView | None  # the first call of the window it opens (None: the rollout ends)
     user_after: tuple[MessageEvent, ...]  # user messages between the summary and ``opens``
     history_complete: bool  # every message before the summary is in the rollout
+    opaque: bool = False  # the summary's text is unknown (encrypted): nothing to check
 
     @property
     def user_redirect(self) -> bool:
@@ -67,22 +69,22 @@ def is_harness_note(text: str) -> bool:
     )
 
 
-def summary_of(event: MessageEvent | RewriteEvent) -> MessageEvent | None:
-    """The summary message of a compaction, or None when ``event`` is not one: a summary
-    call is its own summary; a compaction rewrite's summary is the message it inserts with
-    a reader's summary flag, else the one new user/assistant message it inserts. A
-    microcompaction (Claude Code's ``microcompact_boundary``: results cleared in place)
-    replaces tool results, never writes a summary."""
+def summary_of(event: MessageEvent | RewriteEvent) -> tuple[MessageEvent, ...]:
+    """The message(s) that are the summary of a compaction, or ``()`` when ``event`` is
+    not one. A summary call is its own summary. A compaction rewrite's summary is what it
+    inserts: the message a reader flagged as the summary; else an opaque item (Codex's
+    encrypted remote compaction: a summary whose text is unknown); else every new
+    user/assistant message (a handoff of several: Terminus-2's summary, questions and
+    answers). A microcompaction (Claude Code's ``microcompact_boundary``: tool results
+    cleared in place) and truncations and edits write no summary."""
     if isinstance(event, MessageEvent):
-        return event if event.role == "assistant" and event.call_kind == "summary" else None
+        return (event,) if event.role == "assistant" and event.call_kind == "summary" else ()
     if event.reason != "compaction" or event.meta.get("kind") == "microcompact":
-        return None
+        return ()
     new = [m for m in event.context if isinstance(m, MessageEvent)]
     flagged = [m for m in new if any(m.meta.get(f) for f in SUMMARY_FLAGS)]
-    if flagged:
-        return flagged[0]
-    spoken = [m for m in new if m.role in ("user", "assistant")]
-    return spoken[0] if len(spoken) == 1 else None
+    opaque = [m for m in new if m.meta.get(OPAQUE_FLAG)]
+    return tuple(flagged or opaque or [m for m in new if m.role in ("user", "assistant")])
 
 
 def is_compaction_rewrite(view: CallView) -> bool:
@@ -120,7 +122,7 @@ def compactions(rollout: Rollout, views: list[CallView]) -> list[Compaction]:
                 found.append(_from_call(pending_call, None, every, position, incomplete_from))
                 pending_call = None
             last = by_id[event.id]
-            if summary_of(event) is not None:
+            if summary_of(event):
                 pending_call = last
             continue
         if not isinstance(event, RewriteEvent) or event.reason != "compaction":
@@ -130,22 +132,24 @@ def compactions(rollout: Rollout, views: list[CallView]) -> list[Compaction]:
             pending_call = None
             continue
         summary = summary_of(event)
-        if summary is None or last is None:
+        if not summary or last is None:
             continue
         answers = tuple(results[c.id] for c in last.message.tool_calls if c.id in results)
         history = last.context + (last.message,) + answers
+        first = summary[0]
         found.append(
             Compaction(
-                summary.content,
-                summary.id,
+                "\n".join(m.content for m in summary),
+                first.id,
                 None,
                 history,
-                tuple(every[: position[summary.id]]),
+                tuple(every[: position[first.id]]),
                 event.trigger,
                 (),
                 None,
                 (),
-                position[summary.id] < incomplete_from,
+                position[first.id] < incomplete_from,
+                any(OPAQUE_FLAG in m.meta for m in summary),
             )
         )
     if pending_call is not None:
@@ -188,7 +192,7 @@ def _with_window(comp: Compaction, views: list[CallView]) -> Compaction:
         )
     window: list[CallView] = []
     for view in views[start:]:
-        if window and view.rewrite is not None and summary_of(view.rewrite) is not None:
+        if window and view.rewrite is not None and summary_of(view.rewrite):
             break
         window.append(view)
         if view.message.call_kind == "summary":
@@ -214,6 +218,7 @@ def _with_window(comp: Compaction, views: list[CallView]) -> Compaction:
         opens,
         user_after,
         comp.history_complete,
+        comp.opaque,
     )
 
 
@@ -222,7 +227,7 @@ def _summary_rewrites(rollout: Rollout) -> set[str]:
     found, armed = set(), False
     for event in rollout.events:
         if isinstance(event, RewriteEvent):
-            armed = armed or summary_of(event) is not None
+            armed = armed or bool(summary_of(event))
         elif event.role == "assistant":
             if armed:
                 found.add(event.id)

@@ -134,7 +134,7 @@ def summary_findings(rollout: Rollout, comps: list[Compaction]) -> list[Finding]
     findings = []
     for comp in comps:
         view = comp.summary_call or comp.opens
-        if view is None:
+        if view is None or comp.opaque:  # an encrypted summary's text is unknown
             continue
         summary_msg = _summary_message(comp)
         check = summary_check(comp)
@@ -201,7 +201,7 @@ def continuation_findings(rollout: Rollout, comps: list[Compaction]) -> list[Fin
     findings = []
     for comp in comps:
         first = comp.after[:POST_COMPACTION_CALLS]
-        if not first:
+        if not first or comp.opaque:
             continue
         state_part, next_part = split_summary(summary_body(comp.summary))
         next_part = next_part or ""

@@ -52,7 +52,7 @@ def test_summaries_are_the_inserted_messages_and_the_microcompaction_is_not_one(
     rollout = session()
     rewrites = [e for e in rollout.events if isinstance(e, RewriteEvent)]
     assert [r.meta.get("kind") for r in rewrites] == ["microcompact", None, None]
-    assert summary_of(rewrites[0]) is None
+    assert summary_of(rewrites[0]) == ()
     comps = compactions(rollout, replay(rollout))
     assert [(c.message_id, c.trigger, c.summary_call) for c in comps] == [
         ("s1", "budget", None),
@@ -256,5 +256,5 @@ def test_a_microcompaction_is_never_a_summary_even_if_it_inserts_a_message():
         context=[Keep(id="u"), note],
         meta={"kind": "microcompact"},
     )
-    assert summary_of(micro) is None
-    assert summary_of(micro.model_copy(update={"meta": {}})) == note
+    assert summary_of(micro) == ()
+    assert summary_of(micro.model_copy(update={"meta": {}})) == (note,)
