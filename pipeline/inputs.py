@@ -6,12 +6,15 @@ into byte ranges at line boundaries (so two workers never share a line and quara
 entries keep exact line numbers) — for a ``.jsonl.gz``/``.jsonl.zst`` file, ranges of
 the decompressed stream, found by one decompressing pass at planning time and fed to
 the workers by the build as it decompresses the file once more; a canonical Parquet
-file is cut into ranges of row groups; raw formats read by a reader are one task each. Task order is the input order, which makes
-the output independent of how many workers run them.
+file is cut into ranges of row groups; raw formats read by a reader are one task each,
+except that the files of one session (a reader's ``session_key``: Claude Code snapshots,
+slices and sub-agent transcripts) are one task, read together. Task order is the input
+order, which makes the output independent of how many workers run them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 from dataclasses import dataclass
@@ -51,6 +54,9 @@ class Task:
     start: int = 0
     end: int | None = None
     first_line: int = 1
+    # Raw formats with sessions spread over several files (Claude Code snapshots and
+    # slices, sub-agent transcripts): the session's other files, read with ``path``.
+    paths: tuple[str, ...] = ()
 
 
 def walked_files(specs: list[str]) -> frozenset[Path]:
@@ -143,6 +149,7 @@ def plan_tasks(
                 f"unknown --format {fmt!r}; use auto, {CANONICAL} or one of: {', '.join(sorted(REGISTRY))}"
             )
     tasks: list[Task] = []
+    sessions: dict[tuple[str, str], int] = {}  # (format, session) → its task's index
     for path in files:
         try:
             file_format = detect_format(path) if fmt == "auto" else fmt
@@ -157,8 +164,32 @@ def plan_tasks(
             for start, end, first_row in _row_group_ranges(path, chunk_bytes):
                 tasks.append(Task(len(tasks), str(path), file_format, start, end, first_row))
         else:
+            key = _session_key(path, file_format)
+            if key is not None and (file_format, key) in sessions:
+                at = sessions[(file_format, key)]
+                tasks[at] = dataclasses.replace(tasks[at], paths=(*tasks[at].paths, str(path)))
+                continue
+            if key is not None:
+                sessions[(file_format, key)] = len(tasks)
             tasks.append(Task(len(tasks), str(path), file_format))
     return tasks
+
+
+def _session_key(path: Path, file_format: str) -> str | None:
+    """The session a raw file belongs to, if its reader groups files by session: the
+    files of one session are one task, read together (one rollout per session)."""
+    from pipeline.readers import REGISTRY
+
+    reader = REGISTRY.get(file_format)
+    if reader is None:
+        return None
+    from pipeline.readers.common import UNREADABLE as READ_ERRORS
+    from pipeline.readers.common import read_head
+
+    try:
+        return reader.session_key(path, read_head(path))
+    except READ_ERRORS:
+        return None
 
 
 def _row_group_ranges(path: Path, chunk_bytes: int) -> list[tuple[int, int | None, int]]:

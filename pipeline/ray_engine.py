@@ -29,6 +29,7 @@ TASK_SCHEMA = pa.schema(
         ("start", pa.int64()),
         ("end", pa.int64()),
         ("first_line", pa.int64()),
+        ("paths", pa.list_(pa.string())),
     ]
 )
 RESULT_SCHEMA = pa.schema([("index", pa.int64()), ("result", pa.string())])
@@ -53,6 +54,7 @@ class TaskRunner:
                 row["start"],
                 row["end"],
                 row["first_line"],
+                tuple(row["paths"] or ()),
             )
             indices.append(task.index)
             results.append(json.dumps(run_task(task, self.config), sort_keys=True))

@@ -132,6 +132,15 @@ def iter_task_records(
     """(line, rollout, rejection reason, raw text) for each record of the task;
     ``(line, None, None, reason)`` for skipped non-call records. ``data``: the task's
     bytes when the build fed them (a range of a compressed file)."""
+    for line, rollout, reason, raw, _ in iter_task_items(task, data):
+        yield line, rollout, reason, raw
+
+
+def iter_task_items(
+    task: Task, data: bytes | None = None
+) -> Iterator[tuple[int | None, Rollout | None, str | None, str | None, str | None]]:
+    """``iter_task_records`` plus the file of each record (None: the task's file), for
+    tasks that read the several files of one session."""
     path = Path(task.path)
     if task.format == CANONICAL:
         try:
@@ -143,16 +152,17 @@ def iter_task_records(
             )
             for raw in records:
                 try:
-                    yield raw.line, parse_rollout(raw.data), None, None
+                    yield raw.line, parse_rollout(raw.data), None, None, None
                 except ValueError as exc:
                     yield (
                         raw.line,
                         None,
                         str(exc),
                         raw.data[:RAW_EXCERPT_LIMIT].decode("utf-8", "replace"),
+                        None,
                     )
         except UNREADABLE as exc:  # unreadable/corrupt file: one quarantine entry
-            yield None, None, f"cannot read file: {type(exc).__name__}: {exc}", None
+            yield None, None, f"cannot read file: {type(exc).__name__}: {exc}", None, None
         return
     from pipeline.readers import REGISTRY, Accepted, Rejected
 
@@ -165,18 +175,22 @@ def iter_task_records(
             if task.format == UNRECOGNISED
             else f"unknown format {task.format!r}",
             None,
+            None,
         )
         return
+    items = reader.read_files([path, *map(Path, task.paths)]) if task.paths else reader.read(path)
     try:
-        for item in reader.read(path):
+        for item in items:
             if isinstance(item, Accepted):
-                yield item.line, item.rollout, None, None
+                yield item.line, item.rollout, None, None, item.file
             elif isinstance(item, Rejected):
-                yield item.line, None, item.reason, (item.raw or "")[:RAW_EXCERPT_LIMIT]
+                raw = (item.raw or "")[:RAW_EXCERPT_LIMIT]
+                yield item.line, None, item.reason, raw, item.file
             else:
-                yield item.line, None, None, f"skipped: {item.reason}"
+                yield item.line, None, None, f"skipped: {item.reason}", item.file
     except Exception as exc:  # a reader bug must not lose the file silently
-        yield None, None, f"reader {task.format} failed: {type(exc).__name__}: {exc}", None
+        reason = f"reader {task.format} failed: {type(exc).__name__}: {exc}"
+        yield None, None, reason, None, None
 
 
 def _why_unrecognised(path: Path) -> str:
@@ -249,21 +263,21 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
     seams: Counter = Counter()
     quarantine_lines: list[bytes] = []
 
-    def reject(line, reason, raw):
+    def reject(line, reason, raw, file=None):
         stats["quarantined"] += 1
-        entry = {"file": task.path, "line": line, "format": task.format, "reason": reason}
+        entry = {"file": file or task.path, "line": line, "format": task.format, "reason": reason}
         if raw:
             entry["raw"] = raw
         quarantine_lines.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
 
     ordinal = 0
-    for line, rollout, reason, raw in iter_task_records(task, data):
+    for line, rollout, reason, raw, file in iter_task_items(task, data):
         if rollout is None and reason is None:
             skipped[raw.removeprefix("skipped: ")] += 1
             continue
         stats["read"] += 1
         if rollout is None:
-            reject(line, reason, raw)
+            reject(line, reason, raw, file)
             continue
         if rewards is not None:
             from pipeline.readers.rewards import apply_rewards
@@ -280,7 +294,7 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
                     + b"\n"
                 )
             if rollout is None:
-                reject(line, reason, None)
+                reject(line, reason, None, file)
                 continue
         damaged = fidelity.damage(rollout)
         if damaged and not config.options.keep_damaged:
@@ -289,6 +303,7 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
                 f"rollout {rollout.rollout_id}: damaged log ({damaged}); "
                 "--keep-damaged keeps it, flagged",
                 None,
+                file,
             )
             continue
         try:
@@ -302,7 +317,7 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
             if extra is not None:
                 batch.add_extra(extra)
         except (RejectedRollout, TemplateError) as exc:
-            reject(line, f"rollout {rollout.rollout_id}: {exc}", None)
+            reject(line, f"rollout {rollout.rollout_id}: {exc}", None, file)
             continue
         ordinal += 1
         stats["accepted"] += 1

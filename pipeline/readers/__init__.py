@@ -6,6 +6,9 @@ subclass of ``Reader`` and registers an instance with ``@register``. The build
 
 - ``sniff(path, head)`` says from the file's first bytes (and name) whether this
   reader understands it: ``--format auto`` asks every reader;
+- ``session_key(path, head)`` (optional) names the session a file belongs to: the build
+  reads the files of one session together with ``read_files(paths)``, whose items name
+  their ``file``;
 - ``read(path)`` yields, in file order, ``Accepted`` rollouts, ``Rejected`` records (go
   to quarantine with file, line and reason) and ``Skipped`` records (not model calls,
   e.g. a Claude Code title record: counted by reason, not quarantined).
@@ -22,6 +25,7 @@ rollouts) expose them through ``configure``, which returns a configured copy.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +39,7 @@ class Accepted:
     rollout: Rollout
     line: int | None = None
     records: int = 1
+    file: str | None = None  # set when a reader read several files (one session's)
 
 
 @dataclass(frozen=True)
@@ -43,12 +48,14 @@ class Rejected:
     reason: str
     raw: str | None = None
     records: int = 1
+    file: str | None = None
 
 
 @dataclass(frozen=True)
 class Skipped:
     line: int | None
     reason: str
+    file: str | None = None
 
 
 ReadItem = Union[Accepted, Rejected, Skipped]  # noqa: UP007 (a runtime alias; | needs 3.10 objects)
@@ -64,6 +71,18 @@ class Reader:
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         raise NotImplementedError
+
+    def session_key(self, path: Path, head: bytes) -> str | None:
+        """For formats whose sessions can be spread over several files: the session the
+        file belongs to (files with one key are read together by ``read_files``); None
+        reads the file alone."""
+        return None
+
+    def read_files(self, paths: list[Path]) -> Iterator[ReadItem]:
+        """The files of one session read together; by default one after the other."""
+        for path in paths:
+            for item in self.read(path):
+                yield item if len(paths) == 1 else dataclasses.replace(item, file=str(path))
 
     def configure(self, **options: Any) -> Reader:
         """A copy of this reader with ``options`` set (unknown option names are ignored,

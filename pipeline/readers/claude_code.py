@@ -18,10 +18,12 @@ Claude Code records no system prompt, tool schemas, token ids or rewards.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.readers import Reader, ReadItem, Rejected, Skipped, register
+from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.claude_code_replay import Entry, Thread, thread_rollout
 from pipeline.readers.common import (
     BAD_CONTENT,
@@ -30,6 +32,12 @@ from pipeline.readers.common import (
     iter_json_records,
     reason_of,
 )
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_SESSION_ID = re.compile(rb'"sessionId"\s*:\s*"([^"]+)"')
+_POSITION = re.compile(r"@(\d+)")  # a record's position in a fidelity detail, until located
+_REPEAT = "\x00repeat"  # raw text of a merged record that repeats an earlier one
+REPEAT_REASON = "repeat of a record (same uuid) already read from another file of the session"
 
 MESSAGE_TYPES = {"user", "assistant", "system"}
 SKIP_REASONS = {
@@ -54,24 +62,87 @@ class ClaudeCodeReader(Reader):
                 return True
         return False
 
+    def session_key(self, path: Path, head: bytes) -> str | None:
+        """The session a file belongs to, for planning: files named ``<sessionId>.jsonl``
+        are that session (a resumed session's file starts with copies of the earlier
+        one's records); any other file (a snapshot, a slice, a sub-agent transcript)
+        belongs to the ``sessionId`` its first records carry."""
+        stem = path.name.split(".")[0]
+        if _UUID.fullmatch(stem):
+            return stem
+        for line in head.split(b"\n")[:200]:
+            found = _SESSION_ID.search(line)
+            if found:
+                return found.group(1).decode()
+        return None
+
     def read(self, path: Path) -> Iterator[ReadItem]:
+        yield from self.read_files([path])
+
+    def read_files(self, paths: list[Path]) -> Iterator[ReadItem]:
+        """The records of one session, from one file or several (snapshots that repeat
+        each other, disjoint slices), merged by record ``uuid``: files in the order of
+        their first timestamp, each record once (a repeat is skipped and counted), then
+        read as one file. Items of several files name their ``file``."""
+        records, where = _merged_records(paths)
+        for item in self._read_records(records, paths[0]):
+            yield _located(item, where, len(paths) > 1)
+
+    def _read_records(self, records: list, path: Path) -> Iterator[ReadItem]:
         threads: dict[str, Thread] = {}
         thread_of: dict[str, str] = {}
         seen: set[tuple[str, str]] = set()
-        for line, rec, error, raw in iter_json_records(path):
+        known = {str(rec["uuid"]) for _, rec, _, _ in records if rec and rec.get("uuid")}
+        tool_uses = _tool_use_ids(records)
+        lost: list[tuple[str, str]] = []  # damage that no thread can be told from (bad lines)
+        for line, rec, error, raw in records:
             if error:
-                yield Rejected(line, error, raw)
+                if raw != _REPEAT:
+                    lost.append(("lost_records", f"@{line}: {error}"))
+                yield (Skipped(line, error) if raw == _REPEAT else Rejected(line, error, raw))
                 continue
+            self._check_parent(rec, line, known, tool_uses, threads, thread_of)
             try:
                 skip = self._sort(rec, line, raw, threads, thread_of, seen)
             except BAD_CONTENT as exc:
+                lost.append(("lost_records", f"@{line}: {reason_of(exc)}"))
                 yield Rejected(line, reason_of(exc), raw)
                 continue
             if skip:
                 yield Skipped(line, skip)
         ids = UniqueNames()
         for thread in threads.values():
+            thread.fidelity.extend(
+                {"reason": reason, "event_id": None, "detail": detail} for reason, detail in lost
+            )
             yield from thread_rollout(thread, path, ids, self.name)
+
+    def _check_parent(
+        self, rec: dict, line: int, known: set, tool_uses: set, threads: dict, thread_of: dict
+    ) -> None:
+        """A record whose ``parentUuid`` is in none of the session's files: before the
+        conversation's first message the file is a slice (the session began earlier);
+        after it a record was lost, unless the record is a tool result whose call is
+        there (Claude Code links such results to a record it does not always write)."""
+        # A compact boundary starts a new chain; logicalParentUuid links it to the old one.
+        parent = rec.get("parentUuid") or rec.get("logicalParentUuid")
+        if parent is None or str(parent) in known or rec.get("type") is None:
+            return
+        key = self._thread_key(rec, thread_of)
+        thread = threads.setdefault(key, Thread(key, agent_id=rec.get("agentId")))
+        if not thread.entries:
+            thread.note_slice(f"@{line}: parentUuid {parent} is in none of the given files")
+            return
+        message = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+        content = message.get("content")
+        results = [
+            b.get("tool_use_id")
+            for b in (content if isinstance(content, list) else [])
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
+        if results and all(str(r) in tool_uses for r in results):
+            return
+        thread.note_lost(f"@{line}: parentUuid {parent} (the record before it) is missing")
 
     def _sort(
         self, rec: dict, line: int, raw: str, threads: dict, thread_of: dict, seen: set
@@ -150,3 +221,58 @@ class ClaudeCodeReader(Reader):
             return "empty user record"
         thread.lines.add(line)
         return None
+
+
+def _merged_records(paths: list[Path]) -> tuple[list, list[tuple[str, int | None]]]:
+    """The records of ``paths`` as one stream, each ``uuid`` once, and for each position
+    in it the ``(file, line)`` it came from. Files go in the order of their first
+    timestamp (the order given breaks ties), so slices join in session order."""
+    loaded = []
+    for order, path in enumerate(paths):
+        recs = list(iter_json_records(path))
+        first = next((str(r["timestamp"]) for _, r, _, _ in recs if r and r.get("timestamp")), "")
+        loaded.append((first, order, path, recs))
+    loaded.sort(key=lambda item: (item[0] == "", item[0], item[1]))
+    records, where, seen = [], [], set()
+    for _, _, path, recs in loaded:
+        for line, rec, error, raw in recs:
+            uuid = rec.get("uuid") if rec else None
+            if uuid is not None and str(uuid) in seen:
+                rec, error, raw = None, REPEAT_REASON, _REPEAT
+            elif uuid is not None:
+                seen.add(str(uuid))
+            where.append((str(path), line))
+            records.append((len(where) - 1, rec, error, raw))
+    return records, where
+
+
+def _tool_use_ids(records: list) -> set[str]:
+    ids = set()
+    for _, rec, _, _ in records:
+        message = (rec or {}).get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id"):
+                ids.add(str(block["id"]))
+    return ids
+
+
+def _located(item: ReadItem, where: list[tuple[str, int | None]], name_file: bool) -> ReadItem:
+    """An item whose ``line`` (and the ``@position`` marks in its fidelity details) are
+    positions in the merged stream, with its file and line instead."""
+
+    def place(pos: int) -> str:
+        file, line = where[pos]
+        return f"{file}:{line}" if name_file else f"line {line}"
+
+    if isinstance(item, Accepted) and item.rollout.meta.get("fidelity"):
+        fidelity = [
+            {**f, "detail": _POSITION.sub(lambda m: place(int(m.group(1))), f["detail"])}
+            for f in item.rollout.meta["fidelity"]
+        ]
+        meta = {**item.rollout.meta, "fidelity": fidelity}
+        item = dataclasses.replace(item, rollout=item.rollout.model_copy(update={"meta": meta}))
+    if item.line is None:
+        return item
+    file, line = where[item.line]
+    return dataclasses.replace(item, line=line, file=file if name_file else None)

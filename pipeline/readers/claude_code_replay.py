@@ -57,6 +57,18 @@ class Thread:
     calls: dict[str, Entry] = field(default_factory=dict)
     windows: int = 0
     meta: dict = field(default_factory=dict)
+    # Context fidelity (pipeline/fidelity.py): entries for the whole conversation, and
+    # damage noted at an entry index (it affects the event that entry becomes, and later).
+    fidelity: list[dict] = field(default_factory=list)
+    notes: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+
+    def note_slice(self, detail: str) -> None:
+        if not any(f["reason"] == "slice_start" for f in self.fidelity):
+            self.fidelity.append({"reason": "slice_start", "event_id": None, "detail": detail})
+
+    def note_lost(self, detail: str, at: int | None = None) -> None:
+        index = len(self.entries) if at is None else at
+        self.notes.setdefault(index, []).append(("lost_records", detail))
 
 
 def thread_rollout(thread: Thread, path: Path, ids: UniqueNames, source: str) -> Iterator[ReadItem]:
@@ -75,7 +87,7 @@ def thread_rollout(thread: Thread, path: Path, ids: UniqueNames, source: str) ->
             (i for i, e in enumerate(thread.entries) if str(e.session_id()) == session), 0
         )
     builder = RolloutBuilder(fill_missing_results=True)
-    replay = _Replay(builder)
+    replay = _Replay(builder, notes=thread.notes)
     try:
         if copied:
             earlier = _Replay(RolloutBuilder(fill_missing_results=True), replay)
@@ -87,7 +99,7 @@ def thread_rollout(thread: Thread, path: Path, ids: UniqueNames, source: str) ->
                 id="resumed",
                 meta={"resumed_from": thread.entries[0].session_id(), "copied": copied},
             )
-        replay.run(thread.entries[copied:])
+        replay.run(thread.entries[copied:], offset=copied)
     except BAD_CONTENT as exc:
         yield Rejected(
             first, f"{thread.key} of session {session}: {reason_of(exc)}", records=len(thread.lines)
@@ -111,6 +123,8 @@ def thread_rollout(thread: Thread, path: Path, ids: UniqueNames, source: str) ->
         "session_id": session,
         "agent_id": thread.agent_id,
         "models": replay.models if len(replay.models) > 1 else None,
+        # Claude Code logs neither the system prompt nor the tool schemas it sent.
+        "fidelity": [*NOT_LOGGED, *thread.fidelity, *replay.fidelity],
     }
     try:
         rollout = builder.build(
@@ -127,6 +141,21 @@ def thread_rollout(thread: Thread, path: Path, ids: UniqueNames, source: str) ->
     yield Accepted(rollout, first, records=records)
 
 
+NOT_LOGGED = [
+    {"reason": "missing_system_prompt", "event_id": None, "detail": "Claude Code does not log it"},
+    {"reason": "missing_tool_schemas", "event_id": None, "detail": "Claude Code does not log them"},
+]
+
+
+def _input_usage(usage: object) -> int:
+    """Input tokens the API billed for a call: uncached + cache writes + cache reads
+    (Anthropic usage fields); 0 when not recorded."""
+    if not isinstance(usage, dict):
+        return 0
+    names = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    return sum(v for v in (usage.get(n) for n in names) if isinstance(v, int))
+
+
 def _as_context(m: MessageEvent) -> Msg:
     return Msg(
         m.role,
@@ -137,56 +166,88 @@ def _as_context(m: MessageEvent) -> Msg:
 
 
 class _Replay:
-    """Entries → builder events; ``shared`` is a replay whose bookkeeping this one adds to."""
+    """Entries → builder events; ``shared`` is a replay whose bookkeeping this one adds to.
+    ``notes``: damage found while sorting, by entry index; each becomes a fidelity entry
+    naming the first event built at or after that entry."""
 
-    def __init__(self, builder: RolloutBuilder, shared: _Replay | None = None) -> None:
+    def __init__(
+        self, builder: RolloutBuilder, shared: _Replay | None = None, notes: dict | None = None
+    ) -> None:
         self.builder = builder
         self.by_uuid: dict[str, str] = shared.by_uuid if shared else {}
         self.orphans: dict[int, str] = shared.orphans if shared else {}
         self.used: set[int] = shared.used if shared else set()
         self.models: list[str] = []
+        self.notes: dict[int, list[tuple[str, str]]] = notes or {}
+        self.fidelity: list[dict] = []
 
-    def run(self, entries: list[Entry]) -> None:
+    def run(self, entries: list[Entry], offset: int = 0) -> None:
         pending: Entry | None = None
-        for entry in entries:
-            if pending is not None and entry.kind != "summary":
-                self._compaction(pending, None)
-                pending = None
-            if entry.kind == "compact":
-                pending = entry
-            elif entry.kind == "summary":
-                self._compaction(pending, entry)
-                pending = None
-            elif entry.kind == "microcompact":
-                self._microcompaction(entry)
-            elif entry.kind == "user":
-                rec = entry.data["rec"]
-                event = self.builder.append(
-                    msg(
-                        "user",
-                        entry.data["text"],
-                        id=rec.get("uuid"),
-                        meta={"is_meta": True} if rec.get("isMeta") else None,
-                    )
+        waiting: list[tuple[str, str]] = []  # notes that wait for their first event
+        for index, entry in enumerate(entries, start=offset):
+            waiting.extend(self.notes.get(index, ()))
+            before = len(self.builder.events)
+            pending = self._entry(entry, pending, waiting)
+            if waiting and len(self.builder.events) > before:
+                event_id = self.builder.events[before].id
+                self.fidelity.extend(
+                    {"reason": r, "event_id": event_id, "detail": d} for r, d in waiting
                 )
-                self.by_uuid[str(rec.get("uuid"))] = event.id
-            elif entry.kind == "result":
-                if not self._result(entry):
-                    self.orphans.setdefault(entry.line, ORPHAN)
-                    continue
-            else:
-                self._call(entry)
-            self.used.add(entry.line)
+                waiting = []
         if pending is not None:
             self._compaction(pending, None)
+        self.fidelity.extend({"reason": r, "event_id": None, "detail": d} for r, d in waiting)
+
+    def _entry(self, entry: Entry, pending: Entry | None, waiting: list) -> Entry | None:
+        """Replay one entry; returns the compact boundary still waiting for its summary."""
+        if pending is not None and entry.kind != "summary":
+            self._compaction(pending, None)
+            pending = None
+        if entry.kind == "compact":
+            pending = entry
+        elif entry.kind == "summary":
+            self._compaction(pending, entry)
+            pending = None
+        elif entry.kind == "microcompact":
+            self._microcompaction(entry)
+        elif entry.kind == "user":
+            rec = entry.data["rec"]
+            event = self.builder.append(
+                msg(
+                    "user",
+                    entry.data["text"],
+                    id=rec.get("uuid"),
+                    meta={"is_meta": True} if rec.get("isMeta") else None,
+                )
+            )
+            self.by_uuid[str(rec.get("uuid"))] = event.id
+        elif entry.kind == "result":
+            if not self._result(entry):
+                self.orphans.setdefault(entry.line, ORPHAN)
+                if self.builder.has_calls():  # not the head of a slice: a call was lost
+                    call_id = entry.data["block"].get("tool_use_id")
+                    waiting.append(
+                        (
+                            "lost_records",
+                            f"@{entry.line}: tool result for {call_id}, whose call "
+                            "is in none of the given files",
+                        )
+                    )
+                return pending
+        else:
+            self._call(entry)
+        self.used.add(entry.line)
+        return pending
 
     def _call(self, entry: Entry) -> None:
         """One model call from the records of one API response."""
         text, thinking, calls, other = [], [], [], []
         stop = None
+        reported = None
         for rec in entry.data["records"]:
             message = rec.get("message") or {}
             stop = message.get("stop_reason") or stop
+            reported = max(reported or 0, _input_usage(message.get("usage"))) or None
             content = message.get("content")
             for block in (
                 content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
@@ -216,7 +277,12 @@ class _Replay:
                 reasoning="\n\n".join(thinking) or None,
                 tool_calls=calls or None,
                 finish_reason=STOP_REASONS.get(stop) or ("tool_calls" if calls else None),
-                meta={"unsupported_blocks": other} if other else None,
+                meta={
+                    k: v
+                    for k, v in (("unsupported_blocks", other), ("reported_input_tokens", reported))
+                    if v
+                }
+                or None,
             )
         )
         self.by_uuid.update({str(rec.get("uuid")): event.id for rec in entry.data["records"]})

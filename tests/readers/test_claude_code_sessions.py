@@ -1,0 +1,204 @@
+"""Claude Code sessions spread over several files, slices and damaged files.
+
+One session in several files (snapshots that repeat each other's records, disjoint
+slices, sub-agent transcripts) is one rollout per conversation, each record read once;
+a lone slice is kept and flagged ``slice_start``; a lost or undecodable record makes the
+rollout damaged (``lost_records``): quarantined unless ``--keep-damaged``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.build import BuildConfig, run_build
+from pipeline.inputs import plan_tasks
+from pipeline.readers import REGISTRY, Accepted, Rejected, Skipped
+from pipeline.readers.claude_code import REPEAT_REASON
+from tests.readers.util import fixture, read, shape
+
+READER = REGISTRY["claude-code"]
+SESSION = "5b1d6c2e-0000-4000-8000-00000000c0de"
+
+
+def _lines(name: str) -> list[str]:
+    return fixture("claude_code", name).read_text().splitlines(keepends=True)
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(lines))
+    return path
+
+
+def _reasons(rollout) -> list[str]:
+    return sorted(f["reason"] for f in rollout.meta["fidelity"])
+
+
+def _items(paths):
+    items = list(READER.read_files(paths))
+    return (
+        [i for i in items if isinstance(i, Accepted)],
+        [i for i in items if isinstance(i, Rejected)],
+        [i for i in items if isinstance(i, Skipped)],
+    )
+
+
+def test_every_claude_code_rollout_says_what_the_log_does_not_hold():
+    (rollout,), _, _ = read("claude-code", fixture("claude_code", "compact_auto.jsonl"))
+    assert _reasons(rollout) == ["missing_system_prompt", "missing_tool_schemas"]
+
+
+def test_snapshots_and_slices_of_one_session_read_as_the_whole_file(tmp_path):
+    """Slice 2–7 (starts mid-session), snapshot 1–4, snapshot 1–6, given out of order:
+    one rollout, event for event the whole file's, each repeat skipped and counted."""
+    lines = _lines("compact_auto.jsonl")
+    late = _write(tmp_path / "c" / "s.jsonl", lines[1:])
+    early = _write(tmp_path / "a" / "s.jsonl", lines[:4])
+    middle = _write(tmp_path / "b" / "s.jsonl", lines[:6])
+    (whole,), _, _ = read("claude-code", fixture("claude_code", "compact_auto.jsonl"))
+    accepted, rejected, skipped = _items([late, early, middle])
+    assert rejected == []
+    assert [shape(a.rollout) for a in accepted] == [shape(whole)]
+    assert accepted[0].rollout.meta["fidelity"] == whole.meta["fidelity"]
+    repeats = [s for s in skipped if s.reason == REPEAT_REASON]
+    # early: 4 new; middle: lines 5-6 new; late: line 7 new, lines 2-6 repeat.
+    assert len(repeats) == 4 + 5 and all(s.file for s in repeats)
+    assert sorted((Path(s.file).parent.name, s.line) for s in repeats) == sorted(
+        [("b", n) for n in (1, 2, 3, 4)] + [("c", n) for n in (1, 2, 3, 4, 5)]
+    )
+
+
+def test_the_planner_makes_one_task_of_a_sessions_files_and_the_build_one_rollout(tmp_path):
+    lines = _lines("compact_auto.jsonl")
+    files = [
+        _write(tmp_path / "in" / "x" / "full.jsonl", lines[:4]),
+        _write(tmp_path / "in" / "y" / "full.jsonl", lines[3:]),
+        _write(tmp_path / "in" / "z" / "other.jsonl", [ln.replace(SESSION, "s2") for ln in lines]),
+    ]
+    tasks = plan_tasks(files, "auto", 1 << 20)
+    assert [(Path(t.path).parent.name, [Path(p).parent.name for p in t.paths]) for t in tasks] == [
+        ("x", ["y"]),
+        ("z", []),
+    ]
+    rewards = _write(tmp_path / "r.csv", [f"session_id,reward\n{SESSION},1\ns2,0\n"])
+    out = tmp_path / "out"
+    result = run_build(
+        BuildConfig(
+            inputs=[str(tmp_path / "in")],
+            out=str(out),
+            rewards=str(rewards),
+            progress=False,
+            workers=1,
+        )
+    )
+    rows = pq.read_table(out / result.shards[0]).to_pylist()
+    assert sorted({r["rollout_id"] for r in rows}) == [SESSION, "s2"]
+    # Each generated piece once: the whole file has 3 calls, one rollout each session.
+    assert sum(r["num_calls"] for r in rows if r["rollout_id"] == SESSION) == 3
+    assert result.skipped[REPEAT_REASON] == 1
+    assert all("slice_start" not in r["context_fidelity"] for r in rows)
+
+
+def test_a_lone_slice_is_kept_and_flagged_and_joined_it_is_not(tmp_path):
+    lines = _lines("compact_auto.jsonl")
+    head, tail = _write(tmp_path / "a.jsonl", lines[:2]), _write(tmp_path / "b.jsonl", lines[2:])
+    (alone,), rejected, _ = read("claude-code", tail)
+    assert rejected == []
+    assert _reasons(alone) == ["missing_system_prompt", "missing_tool_schemas", "slice_start"]
+    [entry] = [f for f in alone.meta["fidelity"] if f["reason"] == "slice_start"]
+    assert entry == {
+        "reason": "slice_start",
+        "event_id": None,
+        "detail": "line 1: parentUuid a1 is in none of the given files",
+    }
+    (joined,), _, _ = _items([tail, head])
+    assert _reasons(joined.rollout) == ["missing_system_prompt", "missing_tool_schemas"]
+
+
+@pytest.mark.parametrize(
+    "drop, event_id, detail",
+    [
+        # the assistant line with the tool call: its result (now an orphan, skipped) has
+        # no parent, so the first event affected is the next call
+        (2, "msg_B", "line 2: parentUuid a1 (the record before it) is missing"),
+        # a text-only assistant line: the compact boundary's logical parent is gone
+        (4, "cb1", "line 4: parentUuid a2 (the record before it) is missing"),
+    ],
+)
+def test_a_lost_line_is_named_from_the_first_event_it_affects(tmp_path, drop, event_id, detail):
+    lines = _lines("compact_auto.jsonl")
+    damaged = _write(tmp_path / "s.jsonl", lines[: drop - 1] + lines[drop:])
+    (rollout,), _, _ = read("claude-code", damaged)
+    lost = [f for f in rollout.meta["fidelity"] if f["reason"] == "lost_records"]
+    assert lost == [{"reason": "lost_records", "event_id": event_id, "detail": detail}]
+
+
+def test_a_file_cut_in_half_is_damaged(tmp_path):
+    lines = _lines("compact_auto.jsonl")
+    cut = _write(tmp_path / "s.jsonl", lines[:5] + [lines[5][:40]])
+    (rollout,), rejected, _ = read("claude-code", cut)
+    assert [r.line for r in rejected] == [6]
+    [lost] = [f for f in rollout.meta["fidelity"] if f["reason"] == "lost_records"]
+    assert lost["event_id"] is None and lost["detail"].startswith("line 6: invalid JSON")
+
+
+def _build(tmp_path, src, **options):
+    rewards = _write(tmp_path / "r.csv", [f"session_id,reward\n{SESSION},1\n"])
+    out = tmp_path / "out"
+    result = run_build(
+        BuildConfig(
+            inputs=[str(src)],
+            out=str(out),
+            rewards=str(rewards),
+            progress=False,
+            workers=1,
+            **options,
+        )
+    )
+    rows = pq.read_table(out / result.shards[0]).to_pylist() if result.shards else []
+    quarantine = [json.loads(x) for x in (out / "quarantine.jsonl").read_text().splitlines()]
+    return rows, quarantine
+
+
+def test_a_damaged_session_is_quarantined_by_default_and_kept_flagged_on_request(tmp_path):
+    lines = _lines("compact_auto.jsonl")
+    src = _write(tmp_path / "s.jsonl", lines[:1] + lines[2:])
+    rows, quarantine = _build(tmp_path / "default", src)
+    assert rows == []
+    assert [(q["line"], q["reason"]) for q in quarantine] == [
+        (
+            1,
+            f"rollout {SESSION}: damaged log (lost_records: line 2: parentUuid a1 (the record "
+            "before it) is missing); --keep-damaged keeps it, flagged",
+        )
+    ]
+    rows, quarantine = _build(tmp_path / "kept", src, keep_damaged=True)
+    assert quarantine == []
+    assert [r["context_fidelity"] for r in rows] == [
+        ["lost_records", "missing_system_prompt", "missing_tool_schemas"]
+    ] * len(rows)
+
+
+def test_reported_input_tokens_are_the_billed_input_with_cache(tmp_path):
+    """usage: 10 uncached + 0 cache writes + 0 cache reads in the fixture; a record
+    without usage (or all zeros) reports nothing."""
+    (rollout,), _, _ = read("claude-code", fixture("claude_code", "compact_auto.jsonl"))
+    assert [c.meta.get("reported_input_tokens") for c in rollout.calls()] == [10, 10, 10]
+    lines = _lines("compact_auto.jsonl")
+    record = json.loads(lines[1])
+    record["message"]["usage"] = {
+        "input_tokens": 3,
+        "cache_creation_input_tokens": 2761,
+        "cache_read_input_tokens": 18976,
+        "output_tokens": 7,
+    }
+    lines[1] = json.dumps(record) + "\n"
+    record = json.loads(lines[3])
+    record["message"]["usage"] = {"input_tokens": 0, "output_tokens": 0}
+    lines[3] = json.dumps(record) + "\n"
+    (rollout,), _, _ = read("claude-code", _write(tmp_path / "s.jsonl", lines))
+    assert [c.meta.get("reported_input_tokens") for c in rollout.calls()] == [21740, None, 10]
