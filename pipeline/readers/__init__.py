@@ -109,6 +109,7 @@ from pipeline.readers import (  # noqa: E402,F401
     claude_code,
     codex,
     gemini_cli,
+    harbor_traces,
     mini_swe_agent,
     openai_messages,
     openhands,

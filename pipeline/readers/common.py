@@ -75,6 +75,32 @@ def first_json_object(head: bytes) -> dict | None:
     return obj if isinstance(obj, dict) else None
 
 
+def first_array_item(head: bytes) -> Any:
+    """The first element of a file that is one JSON array (pretty-printed or not), decoded
+    from its first bytes (for ``sniff``); None if ``head`` does not start such an array."""
+    text = head.decode("utf-8", "replace").lstrip()
+    if not text.startswith("["):
+        return None
+    try:
+        item, _ = json.JSONDecoder().raw_decode(text[1:].lstrip())
+    except json.JSONDecodeError:
+        return None
+    return item
+
+
+def is_json_document(head: bytes) -> bool:
+    """Whether a file is one JSON document (an array, or an object spread over several
+    lines) rather than JSON Lines: its first non-blank line is not a whole JSON value."""
+    text = head.lstrip()
+    if text.startswith(b"["):
+        return True
+    try:
+        orjson.loads(text.split(b"\n", 1)[0])
+    except orjson.JSONDecodeError:
+        return text.startswith(b"{")
+    return False
+
+
 def content_text(content: Any) -> str:
     """Flatten message content (a string or a list of parts) to text; images become
     ``[image]`` so their position in the conversation is not lost."""

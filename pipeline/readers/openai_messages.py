@@ -2,7 +2,10 @@
 
 ``openai-messages``: one conversation per line (``messages``, optional ``tools``,
 ``reward``, ``resolved``, ``task_id``, ``id``/``rollout_id``, ``model``). Append-only: the
-messages are the rollout.
+messages are the rollout. A file that is one JSON document is read whole, never line
+by line: a plain list of chat messages (older mini-swe-agent trajectories, many
+exports) is one conversation, a list of conversation objects is one per element, and a
+pretty-printed conversation object is one.
 
 ``chat-completions``: one model call per line, as an OpenAI-compatible gateway or proxy
 logs it: the request (``request`` or ``body``, or the record itself: ``messages``,
@@ -25,12 +28,17 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, register
-from pipeline.readers.builder import Msg, RolloutBuilder, openai_message
+from pipeline.readers.builder import OPENAI_ROLES, Msg, RolloutBuilder, openai_message
 from pipeline.readers.common import (
     BAD_CONTENT,
     UniqueNames,
+    file_digest,
+    first_array_item,
     first_json_object,
+    is_json_document,
     iter_json_records,
+    load_json,
+    read_head,
     reason_of,
     stable_id,
 )
@@ -62,18 +70,38 @@ def _path(rec: dict, dotted: str) -> Any:
     return value
 
 
-def _messages(raw: Any, prefix: str) -> list[Msg]:
+def chat_messages(raw: Any, prefix: str) -> list[Msg]:
+    """A list of OpenAI chat messages (ids ``<prefix>.<index>``)."""
     if not isinstance(raw, list):
         raise ValueError("'messages' is not a list")
     return [openai_message(m, id=f"{prefix}.{i}") for i, m in enumerate(raw) if isinstance(m, dict)]
 
 
+def _is_message(item: Any) -> bool:
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("role"), str)
+        and item["role"] in OPENAI_ROLES
+    )
+
+
 @register
 class OpenAIMessagesReader(Reader):
     name = "openai-messages"
-    description = "JSONL, one conversation per line: {messages, tools?, reward?, task_id?}"
+    description = (
+        "JSONL, one conversation per line: {messages, tools?, reward?, task_id?}; "
+        "or a JSON list of chat messages (one conversation)"
+    )
 
     def sniff(self, path: Path, head: bytes) -> bool:
+        first = first_array_item(head)
+        if first is not None:
+            # A plain message list, or a list of conversations.
+            return _is_message(first) or (
+                isinstance(first, dict)
+                and isinstance(first.get("messages"), list)
+                and "choices" not in first
+            )
         rec = first_json_object(head)
         return (
             bool(rec)
@@ -84,33 +112,70 @@ class OpenAIMessagesReader(Reader):
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         ids = UniqueNames()
+        try:
+            document = is_json_document(read_head(path, 1 << 16))
+        except (OSError, EOFError, ValueError) as exc:
+            yield Rejected(None, f"cannot read the file: {exc}")
+            return
+        if document:
+            yield from self._document(path, ids)
+            return
         for line, rec, error, raw in iter_json_records(path):
             if error:
                 yield Rejected(line, error, raw)
                 continue
-            try:
-                builder = RolloutBuilder()
-                for m in _messages(rec.get("messages"), f"L{line}"):
-                    if builder.append(m) is None:
-                        raise ValueError(f"tool message {m.id} answers no earlier tool call")
-                rollout_id = ids.claim(
-                    str(rec.get("rollout_id") or rec.get("id") or stable_id(raw.strip()))
-                )
-                reward = rec.get("reward")
-                rollout = builder.build(
-                    rollout_id=rollout_id,
-                    task_id=str(rec.get("task_id") or rollout_id),
-                    source=self.name,
-                    model=rec.get("model"),
-                    tools=rec.get("tools") or [],
-                    reward=float(reward) if isinstance(reward, (int, float)) else None,
-                    resolved=rec.get("resolved") if isinstance(rec.get("resolved"), bool) else None,
-                    meta=rec.get("meta") if isinstance(rec.get("meta"), dict) else {},
-                )
-            except BAD_CONTENT as exc:
-                yield Rejected(line, reason_of(exc), raw)
+            yield self._conversation(rec, f"L{line}", stable_id(raw.strip()), ids, line, raw)
+
+    def _document(self, path: Path, ids: UniqueNames) -> Iterator[ReadItem]:
+        try:
+            doc = load_json(path)
+        except ValueError as exc:
+            yield Rejected(None, f"cannot read the JSON document: {exc}")
+            return
+        if isinstance(doc, list) and doc and all(_is_message(m) for m in doc):
+            doc = {"messages": doc}  # a plain list of chat messages: one conversation
+        convs = doc if isinstance(doc, list) else [doc]
+        if not any(isinstance(c, dict) for c in convs):
+            yield Rejected(None, "expected chat messages or conversation objects")
+            return
+        base = f"{path.name.split('.')[0]}-{file_digest(path)}"
+        for i, rec in enumerate(convs):
+            if not isinstance(rec, dict):
+                yield Rejected(None, f"element {i}: expected a conversation object")
                 continue
-            yield Accepted(rollout, line)
+            fallback = base if len(convs) == 1 else f"{base}-{i}"
+            yield self._conversation(rec, f"c{i}", fallback, ids, None, None)
+
+    def _conversation(
+        self,
+        rec: dict,
+        prefix: str,
+        fallback_id: str,
+        ids: UniqueNames,
+        line: int | None,
+        raw: str | None,
+    ) -> ReadItem:
+        """One conversation object (one record) → an accepted rollout or a rejection."""
+        try:
+            builder = RolloutBuilder()
+            for m in chat_messages(rec.get("messages"), prefix):
+                if builder.append(m) is None:
+                    raise ValueError(f"tool message {m.id} answers no earlier tool call")
+            rollout_id = ids.claim(str(rec.get("rollout_id") or rec.get("id") or fallback_id))
+            reward = rec.get("reward")
+            rollout = builder.build(
+                rollout_id=rollout_id,
+                task_id=str(rec.get("task_id") or rollout_id),
+                source=self.name,
+                model=rec.get("model"),
+                tools=rec.get("tools") or [],
+                reward=float(reward) if isinstance(reward, (int, float)) else None,
+                resolved=rec.get("resolved") if isinstance(rec.get("resolved"), bool) else None,
+                meta=rec.get("meta") if isinstance(rec.get("meta"), dict) else {},
+            )
+        except BAD_CONTENT as exc:
+            return Rejected(line, reason_of(exc), raw)
+        return Accepted(rollout, line)
 
 
 @register
@@ -172,7 +237,7 @@ class ChatCompletionsReader(Reader):
             try:
                 request = rec.get("request") or rec.get("body") or rec
                 response = rec.get("response") or rec
-                self._request(builder, _messages(request.get("messages"), f"L{line}"), line)
+                apply_request(builder, chat_messages(request.get("messages"), f"L{line}"), line)
                 tools = tools or request.get("tools") or []
                 model = response.get("model") or request.get("model")
                 if model and model not in models:
@@ -204,42 +269,6 @@ class ChatCompletionsReader(Reader):
         yield Accepted(rollout, first, records=len(calls))
 
     @staticmethod
-    def _request(builder: RolloutBuilder, sent: list[Msg], line: int) -> None:
-        """Append what the request adds to the live context, or rewrite to it."""
-        items = builder.match(sent)
-        live = builder.live
-        if len(items) >= len(live) and all(
-            isinstance(it, Keep) and it.id == live[i] for i, it in enumerate(items[: len(live)])
-        ):
-            for m in sent[len(live) :]:
-                if builder.append(m) is None:
-                    raise ValueError(f"tool message {m.id} answers no earlier tool call")
-            return
-        new = [it for it in items if not isinstance(it, Keep)]
-        previous = builder.last_call
-        meta: dict = {"line": line}
-        if (
-            previous is not None
-            and previous.content.strip()
-            and any(previous.content.strip() in m.content for m in new)
-        ):
-            builder.update(previous.id, kind="summary")
-            meta["summary_call"] = previous.id
-        if not new:
-            reason = "truncation"
-        elif meta.get("summary_call") or len(items) < len(live):
-            reason = "compaction"
-        else:
-            reason = "edit"
-        builder.rewrite(
-            reason,
-            "manual" if reason == "edit" else "budget",
-            items,
-            id=f"request@{line}",
-            meta={**meta, "trigger_inferred": True},
-        )
-
-    @staticmethod
     def _response(response: dict, line: int) -> Msg:
         choice = (response.get("choices") or [None])[0]
         if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
@@ -259,3 +288,40 @@ class ChatCompletionsReader(Reader):
             out.fields.setdefault("meta", {})["logprobs"] = logprobs
         out.fields = {k: v for k, v in out.fields.items() if v is not None}
         return out
+
+
+def apply_request(builder: RolloutBuilder, sent: list[Msg], line: int) -> None:
+    """Append what a request adds to the live context, or rewrite to it (``line``: where
+    the request is, recorded on the rewrite). Shared by the readers of per-call logs."""
+    items = builder.match(sent)
+    live = builder.live
+    if len(items) >= len(live) and all(
+        isinstance(it, Keep) and it.id == live[i] for i, it in enumerate(items[: len(live)])
+    ):
+        for m in sent[len(live) :]:
+            if builder.append(m) is None:
+                raise ValueError(f"tool message {m.id} answers no earlier tool call")
+        return
+    new = [it for it in items if not isinstance(it, Keep)]
+    previous = builder.last_call
+    meta: dict = {"line": line}
+    if (
+        previous is not None
+        and previous.content.strip()
+        and any(previous.content.strip() in m.content for m in new)
+    ):
+        builder.update(previous.id, kind="summary")
+        meta["summary_call"] = previous.id
+    if not new:
+        reason = "truncation"
+    elif meta.get("summary_call") or len(items) < len(live):
+        reason = "compaction"
+    else:
+        reason = "edit"
+    builder.rewrite(
+        reason,
+        "manual" if reason == "edit" else "budget",
+        items,
+        id=f"request@{line}",
+        meta={**meta, "trigger_inferred": True},
+    )

@@ -1,6 +1,9 @@
 """openai-messages (a conversation per line) and chat-completions gateway logs (a call per line)."""
 
-from tests.readers.util import fixture, read, shape
+import json
+
+from pipeline.readers.detect import detect_format
+from tests.readers.util import fixture, only, read, shape
 
 
 def test_one_conversation_per_line_with_tools_reward_and_task():
@@ -66,3 +69,35 @@ def test_group_by_option_names_the_grouping_field():
     )
     assert [r.rollout_id for r in rollouts] == ["qwen3-8b"]
     assert sum(e.type == "rewrite" for e in rollouts[0].events) >= 1
+
+
+def test_a_plain_json_list_of_chat_messages_is_one_conversation():
+    path = fixture("openai_messages", "message_list.json")
+    assert detect_format(path) == "openai-messages"
+    rollout = only("openai-messages", path)
+    raw = json.loads(path.read_text())
+    assert [(m.role, m.content) for m in rollout.events] == [(m["role"], m["content"]) for m in raw]
+    assert [c.id for c in rollout.calls()] == ["c0.2", "c0.4"]
+    assert rollout.rollout_id.startswith("message_list-")
+
+
+def test_a_pretty_printed_json_file_is_read_whole_not_split_into_line_records(tmp_path):
+    conv = {
+        "id": "conv-9",
+        "task_id": "t",
+        "reward": 1,
+        "messages": [
+            {"role": "user", "content": "Say hi."},
+            {"role": "assistant", "content": "Hi."},
+        ],
+    }
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps(conv, indent=2))
+    rollouts, rejected, _ = read("openai-messages", one)
+    assert not rejected
+    assert [(r.rollout_id, r.reward, len(r.calls())) for r in rollouts] == [("conv-9", 1.0, 1)]
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps([conv, {**conv, "id": "conv-10"}], indent=2))
+    assert detect_format(many) == "openai-messages"
+    rollouts, rejected, _ = read("openai-messages", many)
+    assert not rejected and [r.rollout_id for r in rollouts] == ["conv-9", "conv-10"]

@@ -37,6 +37,7 @@ FORMAT_OF_DIR = {
     "claude_code": "claude-code",
     "codex": "codex",
     "gemini_cli": "gemini-cli",
+    "harbor_traces": "harbor-traces",
     "openhands": "openhands",
     "openai_messages": "openai-messages",
     "chat_completions": "chat-completions",
