@@ -4,7 +4,10 @@ GRPO (over **rollouts**, never over segments):
 
     A_r = (R_r − mean_{g(r)} R) / (std_{g(r)} R + ε),   ε = 1e-6        (``--no-std``: A_r = R_r − mean)
 
-where g(r) is the rollout's task group and std is the population standard deviation.
+where g(r) is the rollout's task group and std is the population standard deviation
+(``--std sample``: the sample std with Bessel's correction, as verl and TRL compute it;
+the population std is √((G−1)/G) of it, so seam's default advantages are √(G/(G−1))
+larger: 1.15× for G = 4).
 Every segment of rollout r gets A_r. Normalizing over segment rows instead would give
 a rollout that compacted k times k+1 votes in the mean — the segment-count bias. A
 group of one has no baseline: its advantage is 0 and it is counted in the report. A
@@ -24,11 +27,12 @@ EPSILON = 1e-6
 
 
 def group_advantages(
-    group_ids: np.ndarray, rewards: np.ndarray, use_std: bool = True
+    group_ids: np.ndarray, rewards: np.ndarray, use_std: bool = True, ddof: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-rollout advantages and group sizes.
 
-    ``group_ids``: one group key per rollout (any hashable dtype); ``rewards``: float.
+    ``group_ids``: one group key per rollout (any hashable dtype); ``rewards``: float;
+    ``ddof``: 0 for the population std, 1 for the sample std.
     Returns ``(advantage, group_size)`` aligned with the inputs.
     """
     rewards = np.asarray(rewards, dtype=np.float64)
@@ -41,7 +45,7 @@ def group_advantages(
     centered = np.where(known, safe - means[inverse], 0.0)
     adv = centered
     if use_std:
-        var = np.bincount(inverse, weights=centered * centered) / np.maximum(counts, 1)
+        var = np.bincount(inverse, weights=centered * centered) / np.maximum(counts - ddof, 1)
         adv = centered / (np.sqrt(var)[inverse] + EPSILON)
     sizes = np.where(known, counts[inverse], 1).astype(np.int64)
     adv = np.where(sizes > 1, adv, 0.0)

@@ -53,6 +53,7 @@ class BuildConfig:
     tokenizer: str | None = None
     chat_template: str | None = None
     use_std: bool = True
+    std_ddof: int = 0  # 1: the sample std (verl, TRL), 0: the population std
     mask_summaries: bool = False
     last_call_only: bool = False
     drop_truncated: bool = False
@@ -96,6 +97,8 @@ class BuildConfig:
         fingerprint = {k: getattr(self, k) for k in keep}
         if self.keep_damaged:  # only when set: fingerprints of earlier builds stay valid
             fingerprint["keep_damaged"] = True
+        if self.std_ddof:  # only when set, so builds from before the option stay up to date
+            fingerprint["std_ddof"] = self.std_ddof
         if self.stage is not None:
             fingerprint["stage"] = self.stage.fingerprint()
         if self.rewards:
@@ -410,7 +413,13 @@ def _finalize(
     indices = [t.index for t in tasks]
     extra_fields = config.stage.extra_fields if config.stage is not None else []
     shard_hashes, group_of_one = write_shards(
-        config.out, results, config.rows_per_shard, config.use_std, extra_fields, config.workers
+        config.out,
+        results,
+        config.rows_per_shard,
+        config.use_std,
+        extra_fields,
+        config.workers,
+        config.std_ddof,
     )
     shards = list(shard_hashes)
     quarantined = merge_quarantine(config.out, indices)

@@ -33,7 +33,14 @@ from pipeline import fidelity
 from pipeline.canonical_io import UNREADABLE, iter_jsonl_lines, iter_parquet_records, parse_rollout
 from pipeline.inputs import CANONICAL, UNRECOGNISED, Task
 from pipeline.render import ChatRenderer, TemplateError
-from pipeline.rows import ROLLOUT_ORDINAL, RejectedRollout, RowBatch, RowOptions, masked_segments
+from pipeline.rows import (
+    ROLLOUT_ORDINAL,
+    RejectedRollout,
+    RowBatch,
+    RowOptions,
+    masked_segments,
+    rollout_reward,
+)
 from pipeline.segment import Segmenter
 from schemas.rollout import Rollout
 
@@ -271,6 +278,7 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
         quarantine_lines.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
 
     ordinal = 0
+    rowless: list[tuple] = []  # accepted rollouts that left no rows
     for line, rollout, reason, raw, file in iter_task_items(task, data):
         if rollout is None and reason is None:
             skipped[raw.removeprefix("skipped: ")] += 1
@@ -325,6 +333,17 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
         stats["segments"] += len(segments)
         if not segments:
             stats["rollouts_without_segments"] += 1
+            # Still a sample of the policy on its task: it stays in its GRPO group, so
+            # dropping its segments (--drop-truncated) leaves the others' advantages alone.
+            rowless.append(
+                (
+                    rollout.rollout_id,
+                    rollout.parent_rollout_id,
+                    rollout.task_id,
+                    _outcome(rollout),
+                    ordinal - 1,
+                )
+            )
         for m in segments:
             seams[m.segment.seam_kind] += 1
             stats["tokens"] += len(m.segment.tokens)
@@ -348,25 +367,36 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
         "counts": dict(stats),
         "skipped": dict(skipped),
         "seams": dict(seams),
-        "groups": group_table(table),
+        "groups": group_table(table, rowless),
     }
     _atomic_write(marker, lambda tmp: Path(tmp).write_text(json.dumps(result, sort_keys=True)))
     return result
 
 
-def group_table(table: pa.Table) -> dict[str, list]:
-    """The task's rollouts that have rows, for GRPO groups: task id, reward (None for
-    NaN: no outcome), rollout ordinal, and rollout and parent ids (a rollout and its
-    sub-agents are one vote). Returned with the counts, so finalizing never re-reads the
-    parts to group them."""
+def group_table(table: pa.Table, rowless=()) -> dict[str, list]:
+    """The task's accepted rollouts, for GRPO groups: task id, reward (None for NaN: no
+    outcome), rollout ordinal, and rollout and parent ids (a rollout and its sub-agents
+    are one vote) — those with rows, then ``rowless`` ones (all segments dropped), which
+    count in their group but get no rows. Returned with the counts, so finalizing never
+    re-reads the parts to group them."""
     first = table.filter(pc.equal(table["segment_index"], 0))
-    return {
+    groups = {
         "rollout_id": first["rollout_id"].to_pylist(),
         "parent_rollout_id": first["parent_rollout_id"].to_pylist(),
         "task_id": first["task_id"].to_pylist(),
         "reward": [None if math.isnan(r) else r for r in first["reward"].to_pylist()],
         "ordinal": first[ROLLOUT_ORDINAL].to_pylist(),
     }
+    for row in rowless:  # (rollout id, parent id, task id, reward, ordinal)
+        for column, value in zip(groups.values(), row):
+            column.append(value)
+    return groups
+
+
+def _outcome(rollout: Rollout) -> float | None:
+    if rollout.reward is None and rollout.resolved is None:
+        return None
+    return rollout_reward(rollout)
 
 
 def _check_numbers(rollout: Rollout, vocab_size: int) -> None:

@@ -29,7 +29,7 @@ SHARD_PATTERN = "train-{index:05d}-of-{total:05d}.parquet"
 
 
 def compute_group_stats(
-    results: list[dict], use_std: bool
+    results: list[dict], use_std: bool, ddof: int = 0
 ) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], int]:
     """Per task: (advantage, group_size) indexed by rollout ordinal; and how many task
     groups hold a single rollout (advantage 0, reported in the summary).
@@ -55,6 +55,7 @@ def compute_group_stats(
         np.array([keys[i] for i in voters], dtype=object),
         np.array([rewards[i] for i in voters], dtype=np.float64),
         use_std,
+        ddof,
     )
     by_voter = {v: (a, n) for v, a, n in zip(voters, vote_adv, vote_sizes)}
     adv = [by_voter[root[i]][0] for i in range(len(keys))]
@@ -123,6 +124,7 @@ def write_shards(
     use_std: bool,
     extra_fields=(),
     workers: int = 1,
+    std_ddof: int = 0,
 ) -> tuple[dict[str, str], int]:
     """Write every shard from the tasks' results (in task order); returns
     ``{shard name: sha256}`` in shard order and the number of task groups of one.
@@ -134,7 +136,7 @@ def write_shards(
     faulting in fresh memory the parent process already had.
     """
     schema = pa.schema([*SHARD_SCHEMA, *extra_fields], metadata=SHARD_SCHEMA.metadata)
-    stats, groups_of_one = compute_group_stats(results, use_std)
+    stats, groups_of_one = compute_group_stats(results, use_std, std_ddof)
     plan = plan_shards([(r["task"], r["rows"]) for r in results], rows_per_shard)
     names = [SHARD_PATTERN.format(index=i, total=len(plan)) for i in range(len(plan))]
     jobs = [

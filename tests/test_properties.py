@@ -179,6 +179,14 @@ def test_group_advantage_hand_computed():
     assert adv.tolist() == [0.5, -0.5]
 
 
+def test_group_advantage_with_the_sample_std_hand_computed():
+    # mean 0.25, sample std sqrt(0.75 / 3) = 0.5 (verl and TRL: torch.std, unbiased).
+    adv, _ = group_advantages(
+        np.array(["a", "a", "a", "a"]), np.array([1.0, 0.0, 0.0, 0.0]), ddof=1
+    )
+    np.testing.assert_allclose(adv, [0.75 / (0.5 + 1e-6)] + [-0.25 / (0.5 + 1e-6)] * 3)
+
+
 @given(st.lists(st.integers(0, 1000), min_size=1, max_size=10))
 def test_trainable_tokens_after_counts_later_segments_only(n_s):
     after = trainable_tokens_after(n_s)

@@ -29,6 +29,7 @@ COLUMNS = [
     "logprobs",
     "reward",
     "trainable_tokens_after",
+    "rollout_trainable_tokens",
 ]
 
 
@@ -41,6 +42,7 @@ class Segment:
     logprobs: np.ndarray | None  # [L] float32 sampling log-probs aligned with input_ids, or None
     reward: float
     trainable_tokens_after: int  # N_{>s}
+    rollout_trainable_tokens: int  # Σ_s n_s over the rollout: the l of the per-rollout λ
 
     @property
     def num_trainable_tokens(self) -> int:
@@ -85,7 +87,13 @@ def read_segments(shards_dir: str | Path) -> list[Segment]:
         masks = _list_column(table, "loss_mask", np.bool_)
         logprobs = _list_column(table, "logprobs", np.float32)
         meta = table.select(
-            ["rollout_id", "segment_index", "reward", "trainable_tokens_after"]
+            [
+                "rollout_id",
+                "segment_index",
+                "reward",
+                "trainable_tokens_after",
+                "rollout_trainable_tokens",
+            ]
         ).to_pylist()
         for row, tokens, mask, lp in zip(meta, ids, masks, logprobs):
             if mask.shape != tokens.shape or (lp is not None and lp.shape != tokens.shape):
@@ -112,6 +120,7 @@ def read_segments(shards_dir: str | Path) -> list[Segment]:
                     lp,
                     float(row["reward"]),
                     int(row["trainable_tokens_after"]),
+                    int(row["rollout_trainable_tokens"]),
                 )
             )
     first_seen = {}

@@ -79,6 +79,7 @@ def run_train_step(args) -> int:
             critic_warmup_steps=args.critic_warmup_steps,
             gamma=args.gamma,
             lam=args.lam,
+            lambda_rule=args.lambda_rule,
             alpha=args.alpha,
             max_grad_norm=args.max_grad_norm,
             micro_batch_tokens=args.micro_batch_tokens,
@@ -119,7 +120,8 @@ def run_train_step(args) -> int:
     )
     console.print(
         f"[bold]seam train-step[/]: {len(segments)} segments from {args.shards}, model {args.model}, "
-        f"device {device}, λ {f'adaptive (α={args.alpha:g})' if args.lam is None else args.lam}, "
+        f"device {device}, λ "
+        f"{f'adaptive per {args.lambda_rule} (α={args.alpha:g})' if args.lam is None else args.lam}, "
         f"{config.critic_updates} critic updates per policy update"
     )
     for index, step in enumerate(
@@ -238,7 +240,17 @@ def register(sub) -> None:
     )
     p.add_argument("--gamma", type=float, default=1.0, help="Discount γ (default 1.0).")
     p.add_argument(
-        "--lam", type=float, help="Fixed GAE λ (default: length-adaptive λ_s = 1 - 1/(α·n_s))."
+        "--lam",
+        type=float,
+        help="Fixed GAE λ (default: length-adaptive λ = 1 - 1/(α·l), l chosen by --lambda-rule).",
+    )
+    p.add_argument(
+        "--lambda-rule",
+        choices=["rollout", "segment"],
+        default="rollout",
+        help="l of the adaptive λ: rollout (default) = the rollout's trainable tokens, one λ for "
+        "all its segments (credit never decreases toward the outcome); segment = the segment's "
+        "n_s (CompactionRL's per-segment rule, can starve early segments).",
     )
     p.add_argument(
         "--alpha", type=float, default=1.5, help="α of the length-adaptive λ (default 1.5)."

@@ -15,7 +15,7 @@ next segment's values: ``V(n_s) = 0``):
 
 The cross-trajectory correction then discounts a segment by the tokens that follow it:
 
-    Â(s, t) = (γλ_s)^{N_{>s}} · A_loc(s, t)
+    Â(s, t) = (γλ)^{N_{>s}} · A_loc(s, t)
 
 Why this placement: with ``V ≡ 0`` and a fixed λ, ``A_loc(s,t) = (γλ)^{n_s-1-t}·R`` and
 so ``Â(s,t) = (γλ)^{n_s-1-t+N_{>s}}·R``. Token t of segment s sits at position
@@ -25,8 +25,15 @@ so ``Â(s,t) = (γλ)^{n_s-1-t+N_{>s}}·R``. Token t of segment s sits at positi
 earlier segment would get A ≡ 0 and no factor could restore the signal; the
 correction is exact only because every segment ends with R.
 
-Length-adaptive λ (VAPO's rule, α = 1.5 in CompactionRL): ``λ_s = 1 - 1/(α·n_s)``,
-clipped to [0, 1]; the same λ_s is used inside the segment and in its correction.
+Length-adaptive λ (VAPO's rule, α = 1.5 in CompactionRL): ``λ = 1 - 1/(α·l)``, clipped
+to [0, 1]. The factor ``(γλ)^{N_{>s}}`` reproduces GAE over the concatenated rollout only
+when every segment uses the **same** λ, so by default ``l`` is the rollout's trainable
+tokens (``rule="rollout"``, shard column ``rollout_trainable_tokens``): one λ per rollout,
+and the credit ``(γλ)^{T-1-u}`` never decreases toward the outcome. The per-segment rule
+(``rule="segment"``: ``l = n_s``, one λ_s per segment, used inside the segment and in its
+correction) is kept as an option; it breaks that equivalence: with n = [300, 4000] the
+first token of segment 1 keeps 1e-4 of R instead of 0.51, and with n = [2000, 500, 3000]
+the first tokens keep [0.16, 0.009, 0.51] of R — an earlier segment more than a later one.
 
 Critic targets. ``G(t) = A_loc(t) + V(t)``: the λ-return of the segment seen as an
 episode ending in R. The critic estimates the expected terminal reward from a state,
@@ -42,13 +49,25 @@ from __future__ import annotations
 import numpy as np
 
 DEFAULT_ALPHA = 1.5
+LAMBDA_RULES = ("rollout", "segment")
 
 
 def adaptive_lambda(num_trainable_tokens: int, alpha: float = DEFAULT_ALPHA) -> float:
-    """``λ_s = clip(1 - 1/(α·n_s), 0, 1)``; longer segments keep more of the far future."""
+    """``λ = clip(1 - 1/(α·l), 0, 1)``; longer sequences keep more of the far future."""
     if num_trainable_tokens <= 0:
-        raise ValueError("a segment without trainable tokens has no time steps and no λ")
+        raise ValueError("a sequence without trainable tokens has no time steps and no λ")
     return float(np.clip(1.0 - 1.0 / (alpha * num_trainable_tokens), 0.0, 1.0))
+
+
+def segment_lambda(
+    rule: str, segment_tokens: int, rollout_tokens: int, alpha: float = DEFAULT_ALPHA
+) -> float:
+    """The adaptive λ of a segment under ``rule``: ``rollout`` (default) takes
+    ``l = rollout_tokens`` (the rollout's trainable tokens, the same λ for all its
+    segments), ``segment`` takes ``l = segment_tokens`` (``n_s``)."""
+    if rule not in LAMBDA_RULES:
+        raise ValueError(f"unknown λ rule {rule!r}; choose one of {', '.join(LAMBDA_RULES)}")
+    return adaptive_lambda(rollout_tokens if rule == "rollout" else segment_tokens, alpha)
 
 
 def local_gae(
@@ -80,24 +99,21 @@ def cross_trajectory_gae(
     values: np.ndarray,
     reward: float,
     trainable_tokens_after: int,
-    gamma: float = 1.0,
-    lam: float | None = None,
-    alpha: float = DEFAULT_ALPHA,
+    gamma: float,
+    lam: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Advantages ``Â(s,t) = (γλ_s)^{N_{>s}}·A_loc(s,t)`` and critic targets ``G = A_loc + V``.
+    """Advantages ``Â(s,t) = (γλ)^{N_{>s}}·A_loc(s,t)`` and critic targets ``G = A_loc + V``.
 
     Args:
         values: ``[n_s]`` critic values at the segment's trainable tokens.
         reward: the rollout's terminal reward R (on the segment's last trainable token).
         trainable_tokens_after: ``N_{>s}``.
-        lam: a fixed λ, or None for the length-adaptive ``λ_s = 1 - 1/(α·n_s)``.
+        lam: the segment's λ: a fixed one, or ``segment_lambda(...)``.
     Returns:
         ``(Â, G)``, both ``[n_s]``; empty for a segment with no trainable tokens.
     """
     values = np.asarray(values, dtype=np.float64)
-    n = values.shape[0]
-    if n == 0:
+    if values.shape[0] == 0:
         return np.zeros(0), np.zeros(0)
-    lam_s = adaptive_lambda(n, alpha) if lam is None else lam
-    advantages, returns = local_gae(values, reward, gamma, lam_s)
-    return (gamma * lam_s) ** trainable_tokens_after * advantages, returns
+    advantages, returns = local_gae(values, reward, gamma, lam)
+    return (gamma * lam) ** trainable_tokens_after * advantages, returns

@@ -32,7 +32,7 @@ import torch
 
 from trainer.batching import MicroBatch, Segment, pack
 from trainer.flops import ModelShape
-from trainer.gae import DEFAULT_ALPHA, cross_trajectory_gae
+from trainer.gae import DEFAULT_ALPHA, LAMBDA_RULES, cross_trajectory_gae, segment_lambda
 from trainer.losses import approx_kl, clipped_surrogate, clipped_value_loss, token_level
 from trainer.models import Critic, copy_tokenizer, policy_hidden, token_logprobs
 
@@ -48,7 +48,8 @@ class PPOConfig:
     critic_updates: int = 2  # critic optimizer steps per policy update
     critic_warmup_steps: int = 0
     gamma: float = 1.0
-    lam: float | None = None  # None: length-adaptive λ_s = 1 - 1/(α·n_s)
+    lam: float | None = None  # None: length-adaptive λ = 1 - 1/(α·l), l chosen by lambda_rule
+    lambda_rule: str = "rollout"  # l = the rollout's trainable tokens, or "segment": l = n_s
     alpha: float = DEFAULT_ALPHA
     max_grad_norm: float = 1.0
     micro_batch_tokens: int = 4096
@@ -66,6 +67,10 @@ class PPOConfig:
             (self.lam is not None and not 0 <= self.lam <= 1, "lam must lie in [0, 1]"),
             (not 0 < self.gamma <= 1, "gamma must lie in (0, 1]"),
             (self.alpha <= 0, "alpha must be positive"),
+            (
+                self.lambda_rule not in LAMBDA_RULES,
+                f"lambda_rule must be one of {', '.join(LAMBDA_RULES)}",
+            ),
         ]
         for broken, message in problems:
             if broken:
@@ -119,6 +124,19 @@ class StepMetrics:
         return self.model_flops / (self.seconds * peak_flops)
 
 
+@contextlib.contextmanager
+def evaluating(*modules: torch.nn.Module):
+    """The modules in eval mode (no dropout) inside the block, their own mode restored after."""
+    modes = [m.training for m in modules]
+    try:
+        for m in modules:
+            m.eval()
+        yield
+    finally:
+        for m, mode in zip(modules, modes):
+            m.train(mode)
+
+
 class PPOTrainer:
     def __init__(
         self, policy: torch.nn.Module, critic: Critic, config: PPOConfig, device: torch.device
@@ -145,7 +163,9 @@ class PPOTrainer:
     def prepare(self, segments: list[Segment]) -> list[PreparedBatch]:
         """Micro-batches of the step with old log-probs, old values, Â and G filled in."""
         prepared = [self._to_device(b) for b in pack(segments, self.config.micro_batch_tokens)]
-        with torch.no_grad(), self.autocast():
+        # Without dropout: the old log-probs stand for the sampling policy, which did not drop
+        # units; in train mode a model with dropout would start its first update off ratio 1.
+        with torch.no_grad(), self.autocast(), evaluating(self.policy, self.critic):
             for p in prepared:
                 missing = torch.isnan(p.old_logprobs) | self.config.recompute_old_logprobs
                 p.recomputed = int(missing.sum())
@@ -181,13 +201,18 @@ class PPOTrainer:
         for index, start, end in p.batch.spans:
             lo, hi = np.searchsorted(positions, [start, end])
             seg = segments[index]
+            if hi == lo:
+                continue
+            lam = self.config.lam
+            if lam is None:
+                lam = segment_lambda(
+                    self.config.lambda_rule,
+                    seg.num_trainable_tokens,
+                    seg.rollout_trainable_tokens,
+                    self.config.alpha,
+                )
             advantages[lo:hi], returns[lo:hi] = cross_trajectory_gae(
-                values[lo:hi],
-                seg.reward,
-                seg.trainable_tokens_after,
-                self.config.gamma,
-                self.config.lam,
-                self.config.alpha,
+                values[lo:hi], seg.reward, seg.trainable_tokens_after, self.config.gamma, lam
             )
         p.advantages = torch.as_tensor(advantages, dtype=torch.float32, device=self.device)
         p.returns = torch.as_tensor(returns, dtype=torch.float32, device=self.device)

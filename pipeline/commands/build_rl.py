@@ -131,6 +131,7 @@ def config_from_args(args, kind: str):
         tokenizer=args.tokenizer,
         chat_template=args.chat_template,
         use_std=not getattr(args, "no_std", False),
+        std_ddof=1 if getattr(args, "std", "population") == "sample" else 0,
         mask_summaries=args.mask_summaries,
         last_call_only=args.last_call_only,
         drop_truncated=args.drop_truncated,
@@ -228,5 +229,12 @@ def register(sub) -> None:
         "--no-std",
         action="store_true",
         help="Advantage = R - mean(R) over the task group, without dividing by the std (Dr. GRPO style).",
+    )
+    p.add_argument(
+        "--std",
+        choices=["population", "sample"],
+        default="population",
+        help="Std of the GRPO normalization: population (default) or sample (Bessel-corrected, as "
+        "verl and TRL compute it; population advantages are sqrt(G/(G-1)) larger).",
     )
     p.set_defaults(func=run)

@@ -103,7 +103,8 @@ def test_old_log_probs_come_from_the_shard_when_logged_and_from_the_policy_other
 
 
 def test_first_step_advantages_are_the_discounted_reward_of_a_zero_critic(trainer, segments):
-    # The value head starts at zero, so V ≡ 0 and Â(s,t) = λ_s^{n_s-1-t+N_{>s}}·R (γ = 1).
+    # The value head starts at zero, so V ≡ 0 and Â(s,t) = λ^{n_s-1-t+N_{>s}}·R (γ = 1), with
+    # the default λ = 1 - 1/(1.5·l), l = the rollout's trainable tokens.
     prepared = trainer().prepare(segments)
     by_segment = {}
     for p in prepared:
@@ -112,7 +113,7 @@ def test_first_step_advantages_are_the_discounted_reward_of_a_zero_critic(traine
             lo, hi = np.searchsorted(positions, [start, end])
             by_segment[index] = p.advantages[lo:hi].numpy()
     for index, seg in enumerate(segments):
-        n, lam = seg.num_trainable_tokens, adaptive_lambda(seg.num_trainable_tokens)
+        n, lam = seg.num_trainable_tokens, adaptive_lambda(seg.rollout_trainable_tokens)
         expected = seg.reward * lam ** (np.arange(n - 1, -1, -1) + seg.trainable_tokens_after)
         np.testing.assert_allclose(by_segment[index], expected, rtol=1e-6)
 
@@ -187,3 +188,35 @@ def test_saved_policy_and_critic_reload_as_they_were(trainer, segments, tiny_mod
     policy = load_policy(tmp_path / "out" / "policy", CPU)
     torch.testing.assert_close(next(policy.parameters()), next(t.policy.parameters()))
     assert (tmp_path / "out" / "policy" / "tokenizer.json").exists()
+
+
+def test_old_log_probs_are_computed_without_dropout(tiny_model_dir, segments, tmp_path):
+    import json
+    import shutil
+
+    # The tiny model with dropout in attention: train mode drops, eval mode does not.
+    model_dir = tmp_path / "dropout-model"
+    shutil.copytree(tiny_model_dir, model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "attention_dropout": 0.5}))
+    torch.manual_seed(0)
+    t = PPOTrainer(
+        load_policy(model_dir, CPU),
+        Critic.from_pretrained(model_dir, CPU),
+        PPOConfig(micro_batch_tokens=10_000, recompute_old_logprobs=True),
+        CPU,
+    )
+    (prepared,) = t.prepare(segments[:2])
+    assert t.policy.training and t.critic.training  # the update still runs in train mode
+
+    def logprobs():
+        hidden = policy_hidden(t.policy, prepared.input_ids, prepared.position_ids)
+        return token_logprobs(t.policy, hidden[prepared.positions], prepared.targets)[0]
+
+    with torch.no_grad():
+        dropped = logprobs()
+        t.policy.eval()
+        clean = logprobs()
+        t.policy.train()
+    assert not torch.allclose(dropped, clean)  # dropout is really active in train mode
+    torch.testing.assert_close(prepared.old_logprobs, clean)
