@@ -17,6 +17,13 @@ from schemas.rollout import Rollout
 def iter_input_rollouts(specs: list[str], fmt: str, rejected: Counter) -> Iterator[Rollout]:
     """Valid rollouts of the inputs, in input order; invalid records are counted by reason
     (the builds quarantine them; judging and auditing only need to say how many)."""
+    return (rollout for _path, rollout in iter_input_sources(specs, fmt, rejected))
+
+
+def iter_input_sources(
+    specs: list[str], fmt: str, rejected: Counter
+) -> Iterator[tuple[str, Rollout]]:
+    """``(file path, rollout)`` for every valid rollout of the inputs, in input order."""
     from pipeline.inputs import InputError, plan_tasks, resolve_inputs
     from pipeline.worker import iter_task_records
 
@@ -27,7 +34,7 @@ def iter_input_rollouts(specs: list[str], fmt: str, rejected: Counter) -> Iterat
     for task in tasks:
         for _line, rollout, reason, _ in iter_task_records(task):
             if rollout is not None:
-                yield rollout
+                yield str(task.path), rollout
             elif reason is not None:
                 rejected[f"{task.path}: {reason.split(':')[0]}"] += 1
 
@@ -37,18 +44,37 @@ def _open_out(path: str):
     return contextlib.nullcontext(sys.stdout) if path == "-" else open(path, "w")
 
 
+def _checks(spec: str) -> tuple[str, ...]:
+    from judge.rules import ALL_CHECKS, DEFAULT_CHECKS
+
+    if spec == "default":
+        return DEFAULT_CHECKS
+    if spec == "all":
+        return ALL_CHECKS
+    names = tuple(n.strip() for n in spec.split(",") if n.strip())
+    unknown = [n for n in names if n not in ALL_CHECKS]
+    if unknown:
+        raise UsageError(
+            f"--checks: unknown check {unknown[0]!r} (known: default, all, {', '.join(ALL_CHECKS)})"
+        )
+    return names
+
+
 def run_judge(args) -> int:
     from rich.console import Console
 
     rejected: Counter = Counter()
-    rollouts = iter_input_rollouts(args.inputs, args.format, rejected)
     console = Console(stderr=True)
+    if args.eval:
+        return _run_eval(args, rejected)
+    rollouts = iter_input_rollouts(args.inputs, args.format, rejected)
+    checks = _checks(args.checks)
     if args.llm:
         findings, failures, usage = _llm_findings(args, rollouts)
     else:
         from judge.rules import RULE_JUDGE, judge_rollout
 
-        findings = [f for r in rollouts for f in judge_rollout(r)]
+        findings = [f for r in rollouts for f in judge_rollout(r, checks)]
         failures, usage = [], None
         console.print(f"rule judge {RULE_JUDGE}")
     with _open_out(args.out) as out:
@@ -70,6 +96,85 @@ def run_judge(args) -> int:
         Path(errors).write_text("".join(json.dumps(asdict(f)) + "\n" for f in failures))
         console.print(f"[red]{len(failures)} step(s) could not be judged[/]: see {errors}")
     return 1 if failures and not findings else 0
+
+
+def _run_eval(args, rejected: Counter) -> int:
+    """``seam judge --eval LABELS``: precision and recall of every rule check."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from judge.calibration import evaluate, load_labels
+    from judge.rules import DEFAULT_CHECKS, RULE_JUDGE
+
+    if not Path(args.eval).is_file():
+        raise UsageError(f"--eval {args.eval}: no such file")
+    try:
+        labels = load_labels(args.eval)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    result = evaluate(labels, list(iter_input_sources(args.inputs, args.format, rejected)))
+    rows = {check: score.as_dict() for check, score in result.scores.items()}
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "judge": RULE_JUDGE,
+                    "labelled": result.labelled,
+                    "checks": rows,
+                    "default_checks": list(DEFAULT_CHECKS),
+                    "unlabelled": result.unlabelled,
+                    "labels_not_found": result.missing,
+                    "misses": result.misses,
+                },
+                indent=2,
+            )
+        )
+    else:
+        table = Table(
+            title=f"rule judge {RULE_JUDGE} on {result.labelled} labelled compactions",
+            header_style="bold",
+        )
+        for name in (
+            "check",
+            "default",
+            "flags",
+            "positives",
+            "TP",
+            "FP",
+            "FN",
+            "precision",
+            "recall",
+        ):
+            table.add_column(name, justify="left" if name == "check" else "right")
+
+        def pct(value):
+            return "n/a" if value is None else f"{value:.2f}"
+
+        for check, row in rows.items():
+            table.add_row(
+                check,
+                "on" if check in DEFAULT_CHECKS else "off",
+                str(row["flags"]),
+                str(row["positives"]),
+                str(row["tp"]),
+                str(row["fp"]),
+                str(row["fn"]),
+                pct(row["precision"]),
+                pct(row["recall"]),
+            )
+        console = Console(width=max(Console().width, 110))
+        console.print(table)
+        for miss in result.misses:
+            console.print(f"  {miss}")
+        if result.unlabelled:
+            console.print(f"{len(result.unlabelled)} compaction(s) without a label (not scored)")
+    if result.missing:
+        Console(stderr=True).print(
+            f"[red]{len(result.missing)} label(s) name no compaction of the inputs[/]: "
+            + "; ".join(result.missing[:3])
+        )
+        return 1
+    return 0
 
 
 def _llm_findings(args, rollouts):
@@ -248,6 +353,19 @@ def register(sub) -> None:
         "--errors",
         help="Where to write the steps that could not be judged (default OUT.errors.jsonl).",
     )
+    p.add_argument(
+        "--checks",
+        default="default",
+        help="Rule checks to report: default (those calibrated to precision >= 0.8 on the shipped "
+        "labels, docs/sft.md), all, or a comma list of type/verdict names (state/invented, ...).",
+    )
+    p.add_argument(
+        "--eval",
+        metavar="LABELS",
+        help="Score every rule check against hand labels (JSONL, schema in docs/sft.md) of the "
+        "compactions in INPUT and print precision and recall per check; writes no findings.",
+    )
+    p.add_argument("--json", action="store_true", help="With --eval: print the scores as JSON.")
     p.set_defaults(func=run_judge)
 
     a = sub.add_parser(

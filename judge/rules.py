@@ -33,18 +33,39 @@ from pipeline.segment import CallView, replay
 from schemas.correction import Evidence, Finding, OmittedItem
 from schemas.rollout import MessageEvent, Rollout, ToolCall
 
-RULE_JUDGE = "seam-rules/1"
+RULE_JUDGE = "seam-rules/2"
 _QUOTE_CHARS = 160
 
+ALL_CHECKS = (
+    "trigger/missing_trigger",
+    "trigger/too_late",
+    "trigger/too_early",
+    "state/omission",
+    "state/invented",
+    "state/missing_next_step",
+    "state/contradiction",
+    "state/wrong_state",
+    "continuation/redo",
+    "continuation/ignored_next_step",
+)
+# On by default: the checks whose precision on the shipped hand labels
+# (judge/labels/claude_code_realworld.jsonl, `seam judge --eval`) is >= 0.8, or that raised
+# no false positive and missed no labelled positive there (docs/sft.md, "Calibration",
+# has the numbers). Off: state/invented, whose only flags on the labels were real paths
+# read before a sliced file began; it is trusted only with a complete history.
+DEFAULT_CHECKS = tuple(c for c in ALL_CHECKS if c != "state/invented")
 
-def judge_rollout(rollout: Rollout) -> list[Finding]:
-    """Every rule's findings on one rollout, ordered by call index (then type, verdict)."""
+
+def judge_rollout(rollout: Rollout, checks: tuple[str, ...] = DEFAULT_CHECKS) -> list[Finding]:
+    """The findings of ``checks`` ("type/verdict" names) on one rollout, ordered by call
+    index (then type, verdict)."""
     views = replay(rollout)
     comps = compactions(rollout, views)
     findings = early_compactions(rollout, comps)
     if policy_compacts(rollout, views, comps):
         findings += missed_triggers(rollout, views)
     findings += summary_findings(rollout, comps) + continuation_findings(rollout, comps)
+    findings = [f for f in findings if f"{f.type}/{f.verdict}" in checks]
     return sorted(findings, key=lambda f: (f.call_index, f.type, f.verdict))
 
 

@@ -3,7 +3,7 @@ miss where it must not."""
 
 from __future__ import annotations
 
-from judge.rules import judge_rollout
+from judge.rules import ALL_CHECKS, DEFAULT_CHECKS, judge_rollout
 from tests.judge.rollouts import Story
 
 FAIL_OUT = "FAILED tests/test_dates.py::test_parse_iso - KeyError: 'tz'\n1 failed, 3 passed in 0.2s"
@@ -23,7 +23,8 @@ Read src/formats.py to see which keys FORMATS defines, then fix `parse_date` and
 
 
 def verdicts(story: Story) -> set[tuple[int, str, str]]:
-    return {(f.call_index, f.type, f.verdict) for f in judge_rollout(story.build())}
+    """Every check's findings (the rules are tested one by one; defaults are calibrated)."""
+    return {(f.call_index, f.type, f.verdict) for f in judge_rollout(story.build(), ALL_CHECKS)}
 
 
 def explored() -> Story:
@@ -153,6 +154,9 @@ def test_c_a_summary_naming_a_path_never_seen_invents_it():
         GOOD_SUMMARY.replace("Edited src/dates.py", "Edited src/dates.py and src/tz_utils.py")
     )
     assert (4, "state", "invented") in verdicts(story)
+    # Not calibrated to precision >= 0.8 on the hand labels: off by default.
+    assert "state/invented" not in DEFAULT_CHECKS
+    assert not [f for f in judge_rollout(story.build()) if f.verdict == "invented"]
     assert (4, "state", "wrong_state") in verdicts(story)  # and it was never written
 
 

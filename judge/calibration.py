@@ -1,0 +1,194 @@
+"""Calibration of the rule judge against hand labels: ``seam judge --eval LABELS.jsonl``.
+
+A label describes one compaction of a real session file, found by the file's name and
+the id of its summary message (Claude Code: the ``uuid`` of the ``isCompactSummary``
+record; a summary call: the assistant message id). Labels never copy the session's
+text. Schema (``CompactionLabel``; docs/sft.md, "Calibration"):
+
+- ``file``, ``uuid``: where the compaction is; ``trigger``: budget | manual | model;
+  ``history_complete``: the file holds every record before the boundary;
+- ``omitted``: kinds of key facts the summary drops (file_path, failing_command,
+  error_message, test_name, branch_commit, user_decision, ...), empty when none;
+- ``next_step``: present | missing | none_needed; ``next_step_correct``: the step follows
+  the user's latest request and the recorded state (null when there is none);
+- ``invented_paths``: how many paths the summary names that the history never showed;
+- ``contradiction``, ``wrong_state``: booleans;
+- ``continuation``: follows | redo | ignores | user_redirect (the first calls after it);
+- ``policy_trigger``: the verdict on the policy's decision to compact (ok, too_early,
+  too_late, missing_trigger), or null where the policy did not decide (harness logs);
+- ``note``: the labeller's reasons, in their own words.
+
+Each check of the rule judge is scored per compaction: flagged (a finding of that
+check attributed to the compaction) against labelled positive. Precision = TP / (TP +
+FP) and recall = TP / (TP + FN) (undefined, shown as n/a, when the denominator is 0).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from judge.history import POST_COMPACTION_CALLS, Compaction, compactions
+from judge.rules import ALL_CHECKS, judge_rollout
+from pipeline.segment import replay
+from schemas.correction import Finding
+from schemas.rollout import Rollout
+
+
+class CompactionLabel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    file: str
+    uuid: str
+    trigger: Literal["budget", "manual", "model"]
+    history_complete: bool
+    omitted: list[str]
+    next_step: Literal["present", "missing", "none_needed"]
+    next_step_correct: bool | None
+    invented_paths: int
+    contradiction: bool
+    wrong_state: bool
+    continuation: Literal["follows", "redo", "ignores", "user_redirect"]
+    policy_trigger: Literal["ok", "too_early", "too_late", "missing_trigger"] | None
+    note: str = ""
+
+
+def load_labels(path: str) -> list[CompactionLabel]:
+    """The labels of a JSONL file; a line that is not a label fails with its line number."""
+    labels = []
+    for number, raw in enumerate(Path(path).read_bytes().splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            labels.append(CompactionLabel.model_validate(orjson.loads(raw)))
+        except (orjson.JSONDecodeError, ValidationError) as exc:
+            first = str(exc).splitlines()[0]
+            raise ValueError(f"{path}:{number}: not a compaction label: {first}") from None
+    return labels
+
+
+def labelled_positive(label: CompactionLabel, check: str) -> bool | None:
+    """Whether the label says ``check`` should fire on its compaction (None: the check
+    does not apply there, e.g. a trigger question where the harness compacted)."""
+    kind, verdict = check.split("/")
+    if kind == "trigger":
+        return None if label.policy_trigger is None else label.policy_trigger == verdict
+    return {
+        "omission": bool(label.omitted),
+        "missing_next_step": label.next_step == "missing",
+        "invented": label.invented_paths > 0,
+        "contradiction": label.contradiction,
+        "wrong_state": label.wrong_state,
+        "redo": label.continuation == "redo",
+        "ignored_next_step": label.continuation == "ignores",
+    }[verdict]
+
+
+def attribute(findings: list[Finding], comps: list[Compaction]) -> dict[str, set[str]]:
+    """Checks that fired per compaction (by summary message id): a state finding names
+    the summary call or the first call that saw the summary; a continuation finding one
+    of the first calls after it; a trigger finding a call of the window it closes."""
+    fired: dict[str, set[str]] = {c.message_id: set() for c in comps}
+    bounds = [
+        (
+            (c.summary_call or c.opens).index if (c.summary_call or c.opens) else 1 << 30,
+            c,
+        )
+        for c in comps
+    ]
+    for f in findings:
+        check = f"{f.type}/{f.verdict}"
+        for bound, comp in bounds:
+            if f.type == "state":
+                hit = f.call_index == bound
+            elif f.type == "continuation":
+                hit = f.call_index in {v.index for v in comp.after[:POST_COMPACTION_CALLS]}
+            else:
+                hit = f.call_index <= bound
+            if hit:
+                fired[comp.message_id].add(check)
+                break
+    return fired
+
+
+@dataclass
+class Score:
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    tn: int = 0
+
+    @property
+    def precision(self) -> float | None:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else None
+
+    def as_dict(self) -> dict:
+        return {
+            "flags": self.tp + self.fp,
+            "positives": self.tp + self.fn,
+            "tp": self.tp,
+            "fp": self.fp,
+            "fn": self.fn,
+            "tn": self.tn,
+            "precision": self.precision,
+            "recall": self.recall,
+        }
+
+
+@dataclass
+class Evaluation:
+    scores: dict[str, Score] = field(default_factory=lambda: {c: Score() for c in ALL_CHECKS})
+    labelled: int = 0
+    unlabelled: list[str] = field(default_factory=list)  # compactions without a label
+    missing: list[str] = field(default_factory=list)  # labels naming no compaction found
+    misses: list[str] = field(default_factory=list)  # "check file uuid fp|fn"
+
+
+def evaluate(labels: list[CompactionLabel], sources: list[tuple[str, Rollout]]) -> Evaluation:
+    """Score every check of the rule judge on the labelled compactions of ``sources``
+    (``(file path, rollout)`` pairs; a label's ``file`` is matched by its name)."""
+    by_key = {(Path(lab.file).name, lab.uuid): lab for lab in labels}
+    found: set[tuple[str, str]] = set()
+    result = Evaluation()
+    for path, rollout in sources:
+        comps = compactions(rollout, replay(rollout))
+        fired = attribute(judge_rollout(rollout, ALL_CHECKS), comps)
+        for comp in comps:
+            key = (Path(path).name, comp.message_id)
+            label = by_key.get(key)
+            if label is None:
+                result.unlabelled.append(f"{key[0]} {key[1]}")
+                continue
+            found.add(key)
+            result.labelled += 1
+            for check, score in result.scores.items():
+                positive = labelled_positive(label, check)
+                flagged = check in fired[comp.message_id]
+                if positive is None and not flagged:
+                    continue
+                positive = bool(positive)
+                if flagged and positive:
+                    score.tp += 1
+                elif flagged:
+                    score.fp += 1
+                    result.misses.append(f"{check} {key[0]} {key[1]} false positive")
+                elif positive:
+                    score.fn += 1
+                    result.misses.append(f"{check} {key[0]} {key[1]} missed")
+                else:
+                    score.tn += 1
+    result.missing = [f"{f} {u}" for f, u in by_key if (f, u) not in found]
+    return result
+
+
+def counts_line(evaluation: Evaluation) -> str:
+    kinds = Counter(m.split(" ", 1)[0] for m in evaluation.misses)
+    return ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none"
