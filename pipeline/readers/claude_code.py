@@ -18,26 +18,24 @@ Claude Code records no system prompt, tool schemas, token ids or rewards.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, register
+from pipeline.readers import Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.claude_code_replay import Entry, Thread, thread_rollout
 from pipeline.readers.common import (
     BAD_CONTENT,
+    REPEAT,
     UniqueNames,
     content_text,
-    iter_json_records,
+    located,
+    merged_records,
     reason_of,
 )
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _SESSION_ID = re.compile(rb'"sessionId"\s*:\s*"([^"]+)"')
-_POSITION = re.compile(r"@(\d+)")  # a record's position in a fidelity detail, until located
-_REPEAT = "\x00repeat"  # raw text of a merged record that repeats an earlier one
-REPEAT_REASON = "repeat of a record (same uuid) already read from another file of the session"
 
 MESSAGE_TYPES = {"user", "assistant", "system"}
 SKIP_REASONS = {
@@ -84,9 +82,9 @@ class ClaudeCodeReader(Reader):
         each other, disjoint slices), merged by record ``uuid``: files in the order of
         their first timestamp, each record once (a repeat is skipped and counted), then
         read as one file. Items of several files name their ``file``."""
-        records, where = _merged_records(paths)
+        records, where = merged_records(paths, _uuid)
         for item in self._read_records(records, paths[0]):
-            yield _located(item, where, len(paths) > 1)
+            yield located(item, where, len(paths) > 1)
 
     def _read_records(self, records: list, path: Path) -> Iterator[ReadItem]:
         threads: dict[str, Thread] = {}
@@ -97,9 +95,9 @@ class ClaudeCodeReader(Reader):
         lost: list[tuple[str, str]] = []  # damage that no thread can be told from (bad lines)
         for line, rec, error, raw in records:
             if error:
-                if raw != _REPEAT:
+                if raw != REPEAT:
                     lost.append(("lost_records", f"@{line}: {error}"))
-                yield (Skipped(line, error) if raw == _REPEAT else Rejected(line, error, raw))
+                yield (Skipped(line, error) if raw == REPEAT else Rejected(line, error, raw))
                 continue
             self._check_parent(rec, line, known, tool_uses, threads, thread_of)
             try:
@@ -223,29 +221,6 @@ class ClaudeCodeReader(Reader):
         return None
 
 
-def _merged_records(paths: list[Path]) -> tuple[list, list[tuple[str, int | None]]]:
-    """The records of ``paths`` as one stream, each ``uuid`` once, and for each position
-    in it the ``(file, line)`` it came from. Files go in the order of their first
-    timestamp (the order given breaks ties), so slices join in session order."""
-    loaded = []
-    for order, path in enumerate(paths):
-        recs = list(iter_json_records(path))
-        first = next((str(r["timestamp"]) for _, r, _, _ in recs if r and r.get("timestamp")), "")
-        loaded.append((first, order, path, recs))
-    loaded.sort(key=lambda item: (item[0] == "", item[0], item[1]))
-    records, where, seen = [], [], set()
-    for _, _, path, recs in loaded:
-        for line, rec, error, raw in recs:
-            uuid = rec.get("uuid") if rec else None
-            if uuid is not None and str(uuid) in seen:
-                rec, error, raw = None, REPEAT_REASON, _REPEAT
-            elif uuid is not None:
-                seen.add(str(uuid))
-            where.append((str(path), line))
-            records.append((len(where) - 1, rec, error, raw))
-    return records, where
-
-
 def _tool_use_ids(records: list) -> set[str]:
     ids = set()
     for _, rec, _, _ in records:
@@ -257,22 +232,6 @@ def _tool_use_ids(records: list) -> set[str]:
     return ids
 
 
-def _located(item: ReadItem, where: list[tuple[str, int | None]], name_file: bool) -> ReadItem:
-    """An item whose ``line`` (and the ``@position`` marks in its fidelity details) are
-    positions in the merged stream, with its file and line instead."""
-
-    def place(pos: int) -> str:
-        file, line = where[pos]
-        return f"{file}:{line}" if name_file else f"line {line}"
-
-    if isinstance(item, Accepted) and item.rollout.meta.get("fidelity"):
-        fidelity = [
-            {**f, "detail": _POSITION.sub(lambda m: place(int(m.group(1))), f["detail"])}
-            for f in item.rollout.meta["fidelity"]
-        ]
-        meta = {**item.rollout.meta, "fidelity": fidelity}
-        item = dataclasses.replace(item, rollout=item.rollout.model_copy(update={"meta": meta}))
-    if item.line is None:
-        return item
-    file, line = where[item.line]
-    return dataclasses.replace(item, line=line, file=file if name_file else None)
+def _uuid(rec: dict, raw: str) -> str | None:
+    """A Claude Code record's identity across snapshot files: its ``uuid``."""
+    return str(rec["uuid"]) if rec.get("uuid") is not None else None

@@ -47,11 +47,14 @@ from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, regi
 from pipeline.readers.builder import Msg, RolloutBuilder, msg
 from pipeline.readers.common import (
     BAD_CONTENT,
+    REPEAT,
     UniqueNames,
     as_arguments,
     content_text,
     first_json_object,
     iter_json_records,
+    located,
+    merged_records,
     reason_of,
 )
 from schemas.rollout import Keep, MessageEvent
@@ -349,6 +352,25 @@ class CodexReader(Reader):
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         yield from rollouts_from_records(iter_json_records(path), path.stem)
+
+    def session_key(self, path: Path, head: bytes) -> str | None:
+        """A rollout file's session: the id of its first ``session_meta`` (files of one
+        session are read together, one rollout per session)."""
+        rec = first_json_object(head)
+        payload = rec.get("payload") if rec and rec.get("type") == "session_meta" else None
+        return str(payload["id"]) if isinstance(payload, dict) and payload.get("id") else None
+
+    def read_files(self, paths: list[Path]) -> Iterator[ReadItem]:
+        """The files of one session as one stream (first timestamp order); a line repeated
+        verbatim in another file (a copied history) is read once, the repeat counted."""
+        records, where = merged_records(paths, lambda rec, raw: raw.strip())
+        several = len(paths) > 1
+        for pos, _, reason, raw in records:
+            if raw == REPEAT:
+                yield located(Skipped(pos, reason), where, several)
+        fresh = [r for r in records if r[3] != REPEAT]
+        for item in rollouts_from_records(fresh, paths[0].stem):
+            yield located(item, where, several)
 
 
 def _record(s: _Session, rtype: str, payload: dict, line: int | None) -> str | None:

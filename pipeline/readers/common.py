@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +184,64 @@ class UniqueNames:
 
     def __contains__(self, name: str) -> bool:
         return name in self._used
+
+
+# Sessions spread over several files (snapshots that repeat records, slices).
+REPEAT = "\x00repeat"  # raw text of a merged record that repeats an earlier one
+REPEAT_REASON = "repeat of a record already read from another file of the session"
+_POSITION = re.compile(r"@(\d+)")  # a record's position in a fidelity detail, until located
+
+
+def merged_records(
+    paths: list[Path], identity: Callable[[dict, str], str | None]
+) -> tuple[list, list[tuple[str, int | None]]]:
+    """The records of one session's files as one stream, and for each position in it the
+    ``(file, line)`` it came from. Files go in the order of their last, then first
+    ``timestamp`` (the order given breaks ties), so slices join in session order; a record whose
+    ``identity(record, raw)`` was seen before becomes ``(pos, None, REPEAT_REASON,
+    REPEAT)``: a reader skips and counts it. Records are ``(position, record, error,
+    raw)`` like ``iter_json_records`` yields, with positions for lines (``located``
+    turns them back)."""
+    loaded = []
+    for order, path in enumerate(paths):
+        recs = list(iter_json_records(path))
+        stamps = [str(r["timestamp"]) for _, r, _, _ in recs if r and r.get("timestamp")]
+        # By last, then first timestamp: a later slice ends later, and a file that
+        # starts with a copy of the session's first record does not sort first for it.
+        loaded.append(
+            (not stamps, max(stamps, default=""), min(stamps, default=""), order, path, recs)
+        )
+    loaded.sort(key=lambda item: item[:4])
+    records, where, seen = [], [], set()
+    for *_, path, recs in loaded:
+        for line, rec, error, raw in recs:
+            key = identity(rec, raw) if rec else None
+            if key is not None and key in seen:
+                rec, error, raw = None, REPEAT_REASON, REPEAT
+            elif key is not None:
+                seen.add(key)
+            where.append((str(path), line))
+            records.append((len(where) - 1, rec, error, raw))
+    return records, where
+
+
+def located(item, where: list[tuple[str, int | None]], name_file: bool):
+    """A read item whose ``line`` (and the ``@position`` marks in its rollout's fidelity
+    details) are positions in a ``merged_records`` stream, with its file and line."""
+    from pipeline.readers import Accepted
+
+    def place(pos: int) -> str:
+        file, line = where[pos]
+        return f"{file}:{line}" if name_file else f"line {line}"
+
+    if isinstance(item, Accepted) and item.rollout.meta.get("fidelity"):
+        fidelity = [
+            {**f, "detail": _POSITION.sub(lambda m: place(int(m.group(1))), str(f["detail"]))}
+            for f in item.rollout.meta["fidelity"]
+        ]
+        meta = {**item.rollout.meta, "fidelity": fidelity}
+        item = dataclasses.replace(item, rollout=item.rollout.model_copy(update={"meta": meta}))
+    if item.line is None:
+        return item
+    file, line = where[item.line]
+    return dataclasses.replace(item, line=line, file=file if name_file else None)

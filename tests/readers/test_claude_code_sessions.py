@@ -17,7 +17,7 @@ import pytest
 from pipeline.build import BuildConfig, run_build
 from pipeline.inputs import plan_tasks
 from pipeline.readers import REGISTRY, Accepted, Rejected, Skipped
-from pipeline.readers.claude_code import REPEAT_REASON
+from pipeline.readers.common import REPEAT_REASON
 from tests.readers.util import fixture, read, shape
 
 READER = REGISTRY["claude-code"]
@@ -202,3 +202,29 @@ def test_reported_input_tokens_are_the_billed_input_with_cache(tmp_path):
     lines[3] = json.dumps(record) + "\n"
     (rollout,), _, _ = read("claude-code", _write(tmp_path / "s.jsonl", lines))
     assert [c.meta.get("reported_input_tokens") for c in rollout.calls()] == [21740, None, 10]
+
+
+def test_a_codex_session_in_two_files_is_one_rollout_as_the_whole_file(tmp_path):
+    """The Codex hook of the same mechanism: files grouped by their session_meta id;
+    the second file starts with the first's session_meta line and one more of its lines,
+    verbatim (each read once, the repeats counted)."""
+    name = "developer_inside_call.jsonl"
+    lines = fixture("codex", name).read_text().splitlines(keepends=True)
+    first = _write(tmp_path / "in" / "rollout-a.jsonl", lines[:12])
+    second = _write(tmp_path / "in" / "rollout-b.jsonl", [lines[0], *lines[11:]])
+    tasks = plan_tasks([first, second], "auto", 1 << 20)
+    assert [(t.format, t.paths) for t in tasks] == [("codex", (str(second),))]
+    (whole,), _, _ = read("codex", fixture("codex", name))
+    items = list(REGISTRY["codex"].read_files([second, first]))
+    accepted = [i.rollout for i in items if isinstance(i, Accepted)]
+    # Codex message ids are record positions, which differ in a merged stream.
+    assert [_without_ids(shape(r)) for r in accepted] == [_without_ids(shape(whole))]
+    repeats = [i for i in items if isinstance(i, Skipped) and i.reason == REPEAT_REASON]
+    assert [(Path(i.file).name, i.line) for i in repeats] == [
+        ("rollout-b.jsonl", 1),
+        ("rollout-b.jsonl", 2),
+    ]
+
+
+def _without_ids(events: list[tuple]) -> list[tuple]:
+    return [e if e[0] == "rewrite" else (e[0], *e[2:]) for e in events]
