@@ -1,0 +1,77 @@
+"""A real harness through the gateway: mini-swe-agent (from PyPI) with its own model
+client (litellm) and its own bash environment, against the tiny-model server."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import duckdb
+import pytest
+
+# litellm fetches a price list from the network on import unless told not to.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+minisweagent = pytest.importorskip("minisweagent")
+yaml = pytest.importorskip("yaml")
+
+from pipeline.build import BuildConfig, run_build  # noqa: E402
+
+
+def _call(command: str) -> str:
+    body = json.dumps({"name": "bash", "arguments": {"command": command}})
+    return f"<tool_call>\n{body}\n</tool_call>"
+
+
+def test_mini_swe_agent_session_through_the_gateway_trains_exactly_the_sampled_ids(
+    tmp_path, model_server, start_gateway
+):
+    from minisweagent.agents.default import DefaultAgent
+    from minisweagent.environments.local import LocalEnvironment
+    from minisweagent.models.litellm_model import LitellmModel
+
+    gw = start_gateway(model_server.url)
+    work = tmp_path / "repo"
+    work.mkdir()
+    (work / "bug.py").write_text("print('hello')\n")
+    model_server.script.extend(
+        [_call("ls"), _call("python bug.py"), _call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")]
+    )
+    config = yaml.safe_load(
+        (Path(minisweagent.__file__).parent / "config" / "mini.yaml").read_text()
+    )
+    model = LitellmModel(
+        model_name="openai/tiny",
+        model_kwargs={"api_base": gw.base("swe-task", "mini-1") + "/v1", "api_key": "none"},
+        cost_tracking="ignore_errors",
+    )
+    agent = DefaultAgent(
+        model, LocalEnvironment(cwd=str(work)), **{**config["agent"], "step_limit": 6}
+    )
+    agent.run(task="Run bug.py and report what it prints.")
+    assert len(model_server.produced) == 3
+    tool_outputs = [m["content"] for m in agent.messages if m.get("role") == "tool"]
+    assert any("bug.py" in t for t in tool_outputs) and any("hello" in t for t in tool_outputs)
+
+    rewards = tmp_path / "rewards.jsonl"
+    rewards.write_text(json.dumps({"rollout_id": "mini-1", "reward": 1.0}) + "\n")
+    out = tmp_path / "rl"
+    result = run_build(
+        BuildConfig(
+            inputs=[str(gw.out / "calls")],
+            out=str(out),
+            rewards=str(rewards),
+            progress=False,
+            workers=1,
+        )
+    )
+    assert result.counts["accepted"] == 1
+    rows = (
+        duckdb.sql(f"SELECT * FROM '{out}/train-*.parquet' ORDER BY segment_index").pl().to_dicts()
+    )
+    assert len(rows) == 1 and rows[0]["task_id"] == "swe-task" and rows[0]["num_calls"] == 3
+    trained = [t for t, m in zip(rows[0]["input_ids"], rows[0]["loss_mask"]) if m]
+    assert trained == [t for p in model_server.produced for t in p.output_ids]
+    # The tool outputs the harness sent are context the model saw, never trained.
+    last = model_server.produced[-1]
+    assert rows[0]["input_ids"] == last.prompt_ids + last.output_ids
