@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "pipeline.commands.simulate",
     "pipeline.commands.gateway",
     "pipeline.commands.verify",
+    "pipeline.commands.show",
 ]
 
 

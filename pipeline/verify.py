@@ -136,11 +136,11 @@ def verify_build(
         bool(config.get("last_call_only")),
         bool(config.get("drop_truncated")) or manifest.get("kind") == "sft",
     )
-    renderer = _renderer(manifest, tokenizer)
+    renderer = build_renderer(manifest, tokenizer)
     shards = [out / name for name in manifest["shards"]]
     ids = _rollout_ids(shards)
     wanted = _sample(ids) if mode == "sample" else set(ids)
-    rollouts = _rollouts_by_id(manifest, wanted)
+    rollouts = rollouts_from_inputs(manifest, wanted)
     for group in _row_groups(shards, wanted):
         rollout_id = group[0][2]["rollout_id"]
         candidates = rollouts.get(rollout_id, [])
@@ -177,7 +177,7 @@ def _read_manifest(out: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _renderer(manifest: dict, tokenizer: str | None) -> ChatRenderer:
+def build_renderer(manifest: dict, tokenizer: str | None) -> ChatRenderer:
     """The build's tokenizer and template, checked against the manifest's hashes."""
     from pipeline.tokenizer import tokenizer_fingerprint
     from pipeline.worker import segmenter_with
@@ -236,7 +236,7 @@ def _row_groups(shards: list[Path], wanted: set[str]) -> list[list[tuple]]:
     return groups
 
 
-def _rollouts_by_id(manifest: dict, wanted: set[str]) -> dict[str, list[Rollout]]:
+def rollouts_from_inputs(manifest: dict, wanted: set[str]) -> dict[str, list[Rollout]]:
     """The wanted rollouts from the build's inputs, per id in input order."""
     found: dict[str, list[Rollout]] = {}
     for rollout in _read_inputs(manifest, wanted):
@@ -245,19 +245,30 @@ def _rollouts_by_id(manifest: dict, wanted: set[str]) -> dict[str, list[Rollout]
 
 
 def _read_inputs(manifest: dict, wanted: set[str]) -> Iterator[Rollout]:
-    from pipeline.canonical_io import iter_jsonl_lines, iter_parquet_records, parse_rollout
-    from pipeline.inputs import CANONICAL, InputError, Task, detect_format
-    from pipeline.worker import iter_task_records
     from pipeline.write import file_sha256
 
-    fmt = manifest.get("config", {}).get("format", "auto")
-    needle = _id_pattern(wanted)
+    paths = []
     for entry in manifest["inputs"]:
         path = Path(entry["path"])
         if not path.is_file():
             raise VerifyError(f"input {path} of the build is gone; verify where the inputs are")
         if file_sha256(path) != entry["sha256"]:
             raise VerifyError(f"input {path} changed since the build (sha256 differs); rebuild")
+        paths.append(path)
+    yield from iter_input_rollouts(paths, manifest.get("config", {}).get("format", "auto"), wanted)
+
+
+def iter_input_rollouts(
+    paths: list[Path], fmt: str = "auto", wanted: set[str] | None = None
+) -> Iterator[Rollout]:
+    """The valid rollouts of input files (any reader), in input order; only those with an
+    id in ``wanted`` when given (canonical records of other ids are not even parsed)."""
+    from pipeline.canonical_io import iter_jsonl_lines, iter_parquet_records, parse_rollout
+    from pipeline.inputs import CANONICAL, InputError, Task, detect_format
+    from pipeline.worker import iter_task_records
+
+    needle = _id_pattern(wanted) if wanted is not None else None
+    for path in paths:
         try:
             file_format = detect_format(path) if fmt == "auto" else fmt
         except InputError:
@@ -267,16 +278,16 @@ def _read_inputs(manifest: dict, wanted: set[str]) -> Iterator[Rollout]:
                 iter_parquet_records(path) if path.suffix == ".parquet" else iter_jsonl_lines(path)
             )
             for raw in records:
-                if needle.search(raw.data):
+                if needle is None or needle.search(raw.data):
                     try:
                         rollout = parse_rollout(raw.data)
                     except ValueError:
                         continue  # quarantined by the build
-                    if rollout.rollout_id in wanted:
+                    if wanted is None or rollout.rollout_id in wanted:
                         yield rollout
         else:
             for _, rollout, _, _ in iter_task_records(Task(0, str(path), file_format)):
-                if rollout is not None and rollout.rollout_id in wanted:
+                if rollout is not None and (wanted is None or rollout.rollout_id in wanted):
                     yield rollout
 
 
