@@ -12,7 +12,7 @@ export SEAM_REALWORLD_DIR ?= $(wildcard $(CURDIR)/../shared/realworld)
 
 SAMPLE := data/sample
 
-.PHONY: setup build-rl-shards build-sft test bench fuzz report train-step clean
+.PHONY: setup build-rl-shards build-sft test lint mutate bench fuzz report train-step clean
 
 # The main job needs only the core install (no torch); tests, training and benchmarks
 # add the train and dev extras (torch==2.13.0 CPU, hypothesis, Ray Data, ...).
@@ -40,6 +40,16 @@ build-sft: $(CORE)
 ## The test suite (hypothesis property tests included)
 test: $(STAMP)
 	$(BIN)/pytest --durations=15
+
+## Style and types: ruff lint, ruff format check, mypy (config in pyproject.toml)
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+## Mutation run over segment/mask/rows/advantage/GAE; survivors explained in docs/mutation.md
+mutate: $(STAMP)
+	$(BIN)/python tools/mutate.py
 
 clean:
 	rm -rf out .seam-cache

@@ -205,7 +205,7 @@ class ChatClient:
     def _read_until(self, response, deadline: float) -> bytes:
         """Read the body, failing once the total time passes the deadline: a server that
         trickles bytes must not hold a worker forever."""
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             if time.monotonic() > deadline:
                 raise TimeoutError

@@ -14,10 +14,10 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, cast
 
 import orjson
 import pyarrow as pa
@@ -65,7 +65,7 @@ def is_compressed(path: Path) -> bool:
 def open_text_stream(path: Path) -> IO[bytes]:
     """Open a file for binary line reading, decompressing ``.gz`` and ``.zst`` on the fly."""
     if path.suffix == ".gz":
-        return gzip.open(path, "rb")
+        return cast(IO[bytes], gzip.open(path, "rb"))
     if path.suffix == ".zst":
         return io.BufferedReader(_ZstdStream(path), buffer_size=1 << 20)
     return open(path, "rb")
@@ -83,7 +83,7 @@ class _ZstdStream(io.RawIOBase):
         self._error = zstandard.ZstdError
         self._decompressor = zstandard.ZstdDecompressor()
         self._raw = open(path, "rb")  # noqa: SIM115 (closed by close(); lives as long as the reader)
-        self._frame = None  # decompressor of the frame being read, None between frames
+        self._frame: Any = None  # decompressor of the frame being read, None between frames
         self._pending, self._offset = b"", 0
 
     def readable(self) -> bool:
@@ -173,7 +173,7 @@ class RangeFeeder:
 
     def __init__(self):
         self._path: str | None = None
-        self._fh = None
+        self._fh: IO[bytes] | None = None
         self._pos = 0
 
     def data_for(self, path: str, start: int, end: int | None) -> bytes | None:
@@ -182,11 +182,13 @@ class RangeFeeder:
         if not is_compressed(Path(path)) or (start == 0 and end is None):
             return None
         try:
-            if self._path != path or start < self._pos:
+            fh = self._fh
+            if fh is None or self._path != path or start < self._pos:
                 self.close()
-                self._fh, self._path, self._pos = open_text_stream(Path(path)), path, 0
-            _skip_to(self._fh, Path(path), start - self._pos)
-            data = self._fh.read() if end is None else self._fh.read(end - start)
+                fh = open_text_stream(Path(path))
+                self._fh, self._path, self._pos = fh, path, 0
+            _skip_to(fh, Path(path), start - self._pos)
+            data = fh.read() if end is None else fh.read(end - start)
         except UNREADABLE:
             self.close()
             return None
@@ -199,7 +201,9 @@ class RangeFeeder:
         self._fh, self._path, self._pos = None, None, 0
 
 
-def iter_parquet_records(path: Path, row_groups: list[int] | None = None) -> Iterator[RawRecord]:
+def iter_parquet_records(
+    path: Path, row_groups: Sequence[int] | None = None
+) -> Iterator[RawRecord]:
     pf = pq.ParquetFile(path)
     if "record" not in pf.schema_arrow.names:
         raise ValueError(

@@ -105,7 +105,8 @@ def segment_fidelity(rollout: Rollout, segments: Sequence[Segment]) -> list[list
         last = seg.spans[-1].call_index if seg.spans else None
         reasons: set[str] = set()
         for e in found:
-            at = where.get(e.get("event_id")) if e.get("event_id") is not None else None
+            event_id = e.get("event_id")
+            at = where.get(event_id) if event_id is not None else None
             if at is None or last is None or call_pos[last] >= at:
                 reasons.add(str(e["reason"]))
         if last is not None and any(OPAQUE_KEY in m.meta for m in calls[last].context):

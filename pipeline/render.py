@@ -215,7 +215,7 @@ class ChatRenderer:
     def encode(self, text: str) -> np.ndarray:
         return self.encode_many([text])[0]
 
-    def decode(self, ids: Sequence[int]) -> str:
+    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         return self.backend.decode(list(map(int, ids)), skip_special_tokens=False)
 
     def engine_view(

@@ -78,8 +78,8 @@ class RowBatch:
         # Extra columns come from a build stage (e.g. the SFT columns); values via add_extra.
         self.schema = pa.schema([*PART_SCHEMA, *extra_fields], metadata=PART_SCHEMA.metadata)
         self.cols: dict[str, list] = {f.name: [] for f in self.schema}
-        self.token_chunks: list[np.ndarray] = []
-        self.mask_chunks: list[np.ndarray] = []
+        self.token_chunks: list[np.ndarray | None] = []
+        self.mask_chunks: list[np.ndarray | None] = []
         self.logprob_chunks: list[np.ndarray | None] = []
         self.num_rows = 0
         self.last_fidelity: list[list[str]] = []  # context_fidelity of the rollout added last

@@ -26,6 +26,7 @@ Invariants (DESIGN.md, "Seams and segments"):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -161,6 +162,7 @@ class Segmenter:
             if seg is None:
                 seg = self._start(call, pieces, "none", None)
             else:
+                assert prev is not None and prev_out is not None  # set after the first call
                 tail = self._extension(seg, prev, prev_out, call, pieces)
                 if tail is None:
                     done.append(seg.finish())
@@ -317,7 +319,7 @@ class _PieceCache:
             if isinstance(m, MessageEvent)
         ]
         firsts = {c.context[0].id: c.context[0] for c in calls if c.context}
-        jobs: list[tuple[str, object]] = []
+        jobs: list[tuple[str, Any]] = []
         texts: list[str] = []
         for m in messages:
             if m.role == "assistant":

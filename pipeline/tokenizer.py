@@ -125,7 +125,7 @@ def ranks_to_vocab_and_merges(
         return "".join(byte_map[b] for b in token)
 
     vocab = {as_unicode(token): rank for token, rank in ranks.items()}
-    merges = []
+    merges: list[tuple[int, bytes, bytes]] = []
     for token, rank in ranks.items():
         if len(token) < 2:
             continue

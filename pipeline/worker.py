@@ -281,7 +281,7 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
     rowless: list[tuple] = []  # accepted rollouts that left no rows
     for line, rollout, reason, raw, file in iter_task_items(task, data):
         if rollout is None and reason is None:
-            skipped[raw.removeprefix("skipped: ")] += 1
+            skipped[str(raw).removeprefix("skipped: ")] += 1
             continue
         stats["read"] += 1
         if rollout is None:

@@ -36,7 +36,11 @@ def compute_group_stats(
 
     ``results`` are the tasks' results, each with its ``groups`` table (task id, reward,
     ordinal of every rollout that has rows; ``worker.group_table``)."""
-    keys, rewards, owners, ids, parents = [], [], [], [], []
+    keys: list[str] = []
+    rewards: list[float] = []
+    owners: list[tuple[int, int]] = []
+    ids: list[str | None] = []
+    parents: list[str | None] = []
     for r in results:
         groups = r["groups"]
         keys.extend(groups["task_id"])
@@ -86,8 +90,8 @@ def vote_roots(ids: list[str | None], parents: list[str | None]) -> list[int]:
     roots = []
     for i in range(len(ids)):
         at, seen = i, {i}
-        while parents[at] is not None and parents[at] in index and index[parents[at]] not in seen:
-            at = index[parents[at]]
+        while (parent := parents[at]) is not None and index.get(parent, at) not in seen:
+            at = index[parent]
             seen.add(at)
         roots.append(at)
     return roots

@@ -1,34 +1,55 @@
-"""Shared fixtures: the real tokenizer (built offline once per session) and renderers."""
+"""Shared fixtures: the real tokenizer (built offline once per session) and renderers.
+
+The objects are built by cached functions so that a process which runs the tests many
+times (``tools/mutate.py`` forks one child per mutant) loads them once, before forking.
+"""
 
 from __future__ import annotations
 
 import os
+from functools import cache
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-@pytest.fixture(scope="session")
-def tokenizer():
-    """The transformers tokenizer (an independent oracle for the build's own renderer)."""
+@cache
+def _tokenizer():
     from pipeline.tokenizer import load_tokenizer
 
     return load_tokenizer()
 
 
-@pytest.fixture(scope="session")
-def renderer():
-    """The renderer exactly as the build uses it (torch-free tokenizer files)."""
+@cache
+def _renderer(template: str | None = None):
     from pipeline.render import ChatRenderer
     from pipeline.tokenizer import load_build_tokenizer
 
-    return ChatRenderer(load_build_tokenizer())
+    return ChatRenderer(
+        load_build_tokenizer(None, template) if template else load_build_tokenizer()
+    )
+
+
+def load_shared() -> None:
+    """Build every session object now (tools/mutate.py, before it forks)."""
+    _tokenizer()
+    _renderer()
+    _renderer("chatml-tools-drop-reasoning")
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The transformers tokenizer (an independent oracle for the build's own renderer)."""
+    return _tokenizer()
+
+
+@pytest.fixture(scope="session")
+def renderer():
+    """The renderer exactly as the build uses it (torch-free tokenizer files)."""
+    return _renderer()
 
 
 @pytest.fixture(scope="session")
 def drop_reasoning_renderer():
-    from pipeline.render import ChatRenderer
-    from pipeline.tokenizer import load_build_tokenizer
-
-    return ChatRenderer(load_build_tokenizer(None, "chatml-tools-drop-reasoning"))
+    return _renderer("chatml-tools-drop-reasoning")

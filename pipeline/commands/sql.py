@@ -6,13 +6,14 @@ import csv
 import json
 import math
 import sys
+from pathlib import Path
 
 from pipeline.cli import UsageError
 
 WRAP_WIDTH = 24
 
 
-def open_views(path: str):
+def open_views(path: str | Path):
     """``views.connect`` with its errors turned into one-line usage errors."""
     from pipeline.views import BuildDirError, connect
 
