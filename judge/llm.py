@@ -1,19 +1,25 @@
 """The LLM judge: AutoCompact's three questions asked of a model behind any
 OpenAI-compatible chat-completions endpoint, one request per candidate step.
 
-Candidates (``candidates``): every summary call (was compacting *now* right —
-``trigger``; does the summary keep the working state — ``state``), the first
-``POST_COMPACTION_CALLS`` action calls after each compaction (``continuation``), and
-with ``every_call`` each other action call (should the agent have compacted here —
-``trigger``).
+Candidates (``candidates``): every summary — a summary call, or a summary a rewrite
+inserted (Claude Code's ``isCompactSummary`` message; ``history.summary_of`` decides) —
+asked ``state``; every compaction the policy chose, asked ``trigger`` too (a harness
+compacting at its budget, or a user's ``/compact``, is no decision of the agent's); the
+first ``POST_COMPACTION_CALLS`` action calls after each compaction (``continuation``);
+and with ``every_call`` each other action call of a rollout whose policy can compact
+(should the agent have compacted here — ``trigger``).
 
 The prompt shows the judge only what the policy saw when it made the step — the live
-context of the call, then the step itself — never later events, the reward or whether
-the task was resolved: a judge that knows the outcome grades hindsight, not decisions.
-The answer is one JSON object validated with pydantic (``JudgeAnswer``); an answer
-that is not valid JSON, names a type the candidate was not asked about, or uses a
-verdict that does not belong to its type is a failure, counted and reported, never
-a finding.
+context of the call (for an inserted summary: the context it was written from), then
+the step itself — never later events, the reward or whether the task was resolved: a
+judge that knows the outcome grades hindsight, not decisions. It defines the key state
+a summary must keep, and passes the rule judge's hits on the step as hints to verify.
+The answer is one JSON object validated with pydantic (``JudgeAnswer``); an answer that
+is not valid JSON, names a type the candidate was not asked about, or uses a verdict
+that does not belong to its type is a failure, counted and reported, never a finding.
+Each evidence quote of a finding must be in the history shown (in the message it names,
+whitespace-normalized); a quote that is not there voids the finding (reported as a
+failure). Answers are cached by the request body, i.e. by prompt (``chat_client``).
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from judge.attach import executed_output_text
 from judge.chat_client import ChatClient, ChatError
-from judge.history import POST_COMPACTION_CALLS, compactions
-from pipeline.segment import CallView, replay
+from judge.history import POST_COMPACTION_CALLS, SUMMARY_FLAGS, compactions
+from judge.rules import ALL_CHECKS, judge_rollout, policy_compacts
+from pipeline.segment import replay
 from schemas.correction import CorrectionType, Evidence, Finding, OmittedItem, Verdict
 from schemas.rollout import MessageEvent, Rollout
 
@@ -38,13 +45,15 @@ VERDICTS_BY_TYPE: dict[str, tuple[str, ...]] = {
     "continuation": ("ok", "redo", "ignored_next_step", "drift"),
 }
 
-SYSTEM_PROMPT = """You review one step of a coding agent that compacts its own context.
-You see the conversation exactly as the agent saw it when it made the step, then the step.
+SYSTEM_PROMPT = """You review one step of a coding agent whose context gets compacted.
+You see the conversation exactly as it stood when the step was made, then the step.
 Answer only the questions asked, each with one verdict:
-- trigger (timing of compaction): ok | too_early (evidence the next step needs is still unread or unverified, or a sub-task is half done) | too_late (the context was already failing the agent: repeated searches, re-reading established facts) | missing_trigger (the agent should compact now but does not).
-- state (the working-state summary): ok | omission (drops a file path, failing command, error message, test name, constraint or decision present before) | invented (names a path, function or result never seen) | missing_next_step (no concrete next step) | contradiction (next step contradicts the recorded state) | wrong_state (records an edit that was not made, or a test as passing that only was added or still fails).
-- continuation (first steps after compaction): ok | redo (repeats work the summary records as done) | ignored_next_step (does not follow the summary's next step) | drift (works on something off the task).
-Quote evidence with the message ids shown in brackets. When a verdict is not ok, propose the step the agent should have taken instead.
+- trigger (the agent's own decision to compact now): ok | too_early (evidence the next step needs is still unread or unverified, or a sub-task is half done) | too_late (the context was already failing the agent: repeated searches, re-reading established facts) | missing_trigger (the agent should compact now but does not).
+- state (the working-state summary): ok | omission (drops key state present before) | invented (names a path, function or result never seen) | missing_next_step (no concrete next step while work remains; "nothing left" is right when the work is done) | contradiction (next step contradicts the recorded state) | wrong_state (records an edit that was not made, or a test as passing that only was added or still fails).
+- continuation (first steps after compaction): ok | redo (repeats work the summary records as done; re-reading a file in order to edit it is not a redo) | ignored_next_step (does not follow the summary's next step, and no user message after the compaction asked for something else) | drift (works on something off the task).
+Key state is what the agent needs to continue without re-discovering it: uncommitted edits (which files changed and how), the exact failing commands and test names with their error messages, the file and function under investigation, branch / PR / commit ids, and the user's decisions and latest request. Paths and wording the summary shortens are not omissions when the meaning is kept.
+Hints from deterministic checks may follow the step: verify each against the conversation; they are often wrong.
+Quote evidence verbatim from the conversation, with the message ids shown in brackets; a quote that is not in the conversation voids your verdict. When a verdict is not ok, propose the step the agent should have taken instead.
 Reply with one JSON object and nothing else:
 {"verdicts": [{"type": "...", "verdict": "...", "rationale": "...", "evidence": [{"message_id": "...", "quote": "..."}], "omitted": [{"kind": "file_path|error_message|failing_command|test_name|constraint|next_step", "value": "..."}], "proposal": "... or null"}]}"""
 PROMPT_VERSION = hashlib.sha256(SYSTEM_PROMPT.encode()).hexdigest()[:12]
@@ -67,37 +76,73 @@ class JudgeAnswer(BaseModel):
 
 @dataclass(frozen=True)
 class Candidate:
-    view: CallView
+    call_index: int  # the call a finding names (for an inserted summary: the first call after it)
+    context: tuple[MessageEvent, ...]  # what was in context when the step was made
+    step: MessageEvent  # the call, or the summary message a rewrite inserted
     types: tuple[str, ...]
+    hints: tuple[str, ...] = ()  # the rule judge's hits on this step
 
 
 def candidates(rollout: Rollout, every_call: bool = False) -> list[Candidate]:
     views = replay(rollout)
-    first_after = {
-        v.index for c in compactions(rollout, views) for v in c.after[:POST_COMPACTION_CALLS]
-    }
-    found = []
+    comps = compactions(rollout, views)
+    hints: dict[int, list[str]] = {}
+    for f in judge_rollout(rollout, ALL_CHECKS):
+        hints.setdefault(f.call_index, []).append(f"{f.type}/{f.verdict}: {f.rationale}")
+    found: list[Candidate] = []
+    taken: set[int] = set()
+    for comp in comps:
+        if comp.opaque:  # an encrypted summary: nothing to read
+            continue
+        if comp.summary_call is not None:
+            view = comp.summary_call
+            types = ("trigger", "state") if comp.policy_chose else ("state",)
+            found.append(
+                Candidate(
+                    view.index, view.context, view.message, types, tuple(hints.get(view.index, ()))
+                )
+            )
+            taken.add(view.index)
+        elif comp.opens is not None:
+            step = next(m for m in comp.opens.context if m.id == comp.message_id)
+            state_hints = [h for h in hints.get(comp.opens.index, ()) if h.startswith("state/")]
+            found.append(
+                Candidate(comp.opens.index, comp.history, step, ("state",), tuple(state_hints))
+            )
+    first_after = {v.index for c in comps for v in c.after[:POST_COMPACTION_CALLS]}
+    can_compact = policy_compacts(rollout, views, comps)
     for view in views:
-        if view.message.call_kind == "summary":
-            found.append(Candidate(view, ("trigger", "state")))
-        elif view.index in first_after:
-            found.append(Candidate(view, ("continuation",)))
-        elif every_call:
-            found.append(Candidate(view, ("trigger",)))
-    return found
+        if view.index in taken:
+            continue
+        if view.index in first_after:
+            types: tuple[str, ...] = ("continuation",)
+            kinds = ("continuation/",)
+        elif every_call and can_compact and view.message.call_kind == "action":
+            types, kinds = ("trigger",), ("trigger/",)
+        else:
+            continue
+        mine = tuple(h for h in hints.get(view.index, ()) if h.startswith(kinds))
+        found.append(Candidate(view.index, view.context, view.message, types, mine))
+    return sorted(found, key=lambda c: (c.call_index, c.types != ("state",)))
 
 
 def render_message(msg: MessageEvent) -> str:
     body = executed_output_text(msg) if msg.role == "assistant" else msg.content
     label = msg.role if msg.role != "tool" else f"tool result ({msg.name or msg.tool_call_id})"
     kind = " [summary]" if msg.role == "assistant" and msg.call_kind == "summary" else ""
+    if msg.role != "assistant" and summary_of_flag(msg):
+        kind = " [summary the harness inserted at compaction]"
     return f"[{msg.id}] {label}{kind}:\n{body}"
+
+
+def summary_of_flag(msg: MessageEvent) -> bool:
+    return any(msg.meta.get(f) for f in SUMMARY_FLAGS)
 
 
 def build_messages(rollout: Rollout, cand: Candidate, max_context_chars: int) -> list[dict]:
     """The judge's prompt: the call's live context (head and most recent tail when it is
     longer than ``max_context_chars``), then the step and the questions."""
-    shown = [render_message(m) for m in cand.view.context]
+    shown = [render_message(m) for m in cand.context]
     kept_head, kept_tail, budget = shown[:2], [], max_context_chars - sum(map(len, shown[:2]))
     for text in reversed(shown[2:]):
         if len(text) > budget:
@@ -117,7 +162,8 @@ def build_messages(rollout: Rollout, cand: Candidate, max_context_chars: int) ->
             *gap,
             *kept_tail,
             "=== STEP UNDER REVIEW ===",
-            render_message(cand.view.message),
+            render_message(cand.step),
+            *(["=== HINTS (deterministic checks; verify) ===", *cand.hints] if cand.hints else []),
             f"Questions: {', '.join(cand.types)}.",
         ]
     )
@@ -148,6 +194,26 @@ def parse_answer(text: str, asked: tuple[str, ...]) -> JudgeAnswer:
     return answer
 
 
+def unverified_quote(verdict: JudgedVerdict, shown: list[MessageEvent]) -> str | None:
+    """The first evidence quote of ``verdict`` that is not in the history shown (in the
+    message it names, or anywhere when it names no shown message), else None.
+    Whitespace is normalized: models re-flow lines."""
+
+    def squash(text: str) -> str:
+        return " ".join(text.split())
+
+    texts = {m.id: squash(render_message(m)) for m in shown}
+    everything = " ".join(texts.values())
+    for ev in verdict.evidence:
+        quote = squash(ev.quote)
+        if not quote:
+            continue
+        where = texts.get(ev.message_id, everything)
+        if quote not in where:
+            return ev.quote
+    return None
+
+
 @dataclass(frozen=True)
 class Failure:
     rollout_id: str
@@ -174,28 +240,41 @@ def judge_rollouts(
                 lambda text: parse_answer(text, cand.types),
             )
         except ChatError as exc:
-            return [], Failure(rollout.rollout_id, cand.view.index, str(exc))
-        return [
-            Finding(
-                rollout_id=rollout.rollout_id,
-                call_index=cand.view.index,
-                type=v.type,
-                verdict=v.verdict,
-                rationale=v.rationale,
-                evidence=v.evidence,
-                omitted=v.omitted,
-                proposal=v.proposal,
-                judge_model=client.config.model,
-                prompt_hash=key,
+            return [], [Failure(rollout.rollout_id, cand.call_index, str(exc))]
+        shown = [*cand.context, cand.step]
+        found, voided = [], []
+        for v in answer.verdicts:
+            if v.verdict == "ok":
+                continue
+            missing = unverified_quote(v, shown)
+            if missing is not None:
+                voided.append(
+                    Failure(
+                        rollout.rollout_id,
+                        cand.call_index,
+                        f"voided {v.type}/{v.verdict}: quote not in the history: {missing[:120]!r}",
+                    )
+                )
+                continue
+            found.append(
+                Finding(
+                    rollout_id=rollout.rollout_id,
+                    call_index=cand.call_index,
+                    type=v.type,
+                    verdict=v.verdict,
+                    rationale=v.rationale,
+                    evidence=v.evidence,
+                    omitted=v.omitted,
+                    proposal=v.proposal,
+                    judge_model=client.config.model,
+                    prompt_hash=key,
+                )
             )
-            for v in answer.verdicts
-            if v.verdict != "ok"
-        ], None
+        return found, voided
 
     findings, failures = [], []
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for found, failure in pool.map(run, jobs):
+        for found, failed in pool.map(run, jobs):
             findings += found
-            if failure:
-                failures.append(failure)
+            failures += failed
     return findings, failures
