@@ -27,6 +27,7 @@ EXACT = "exact"
 REASONS: dict[str, str] = {
     "slice_start": "the file starts mid-session: the history before its first record is missing",
     "opaque_summary": "the context holds an opaque item (an encrypted summary) whose text is unknown",
+    "opaque_tool_result": "the context holds a tool result the log does not record (a provider-run web search)",
     "lost_records": "a record of the session was lost or could not be decoded",
     "missing_system_prompt": "the log does not record the system prompt the model received",
     "missing_tool_schemas": "the log does not record the tool schemas the model received",
@@ -42,6 +43,9 @@ COUNT_PREFIX = "fidelity_"
 
 FIDELITY_KEY = "fidelity"
 OPAQUE_KEY = "opaque"
+# The reason an opaque item gives the segments that see it, by its kind (meta["opaque"]);
+# any other kind is an opaque summary.
+OPAQUE_REASONS = {"web_search_results": "opaque_tool_result"}
 REPORTED_KEY = "reported_input_tokens"
 
 
@@ -92,7 +96,8 @@ def segment_fidelity(rollout: Rollout, segments: Sequence[Segment]) -> list[list
     A reason with an ``event_id`` applies to the segments whose last call comes at or
     after that event (a segment's tokens are its last call's input and output); one
     without (or with an id not in the rollout) applies to every segment. A segment whose
-    last call's context holds an opaque item gets ``opaque_summary``.
+    last call's context holds an opaque item gets ``opaque_summary`` (or the reason
+    ``OPAQUE_REASONS`` gives its kind).
     """
     found = entries(rollout)
     if not found and not _has_opaque(rollout):
@@ -109,8 +114,12 @@ def segment_fidelity(rollout: Rollout, segments: Sequence[Segment]) -> list[list
             at = where.get(event_id) if event_id is not None else None
             if at is None or last is None or call_pos[last] >= at:
                 reasons.add(str(e["reason"]))
-        if last is not None and any(OPAQUE_KEY in m.meta for m in calls[last].context):
-            reasons.add("opaque_summary")
+        if last is not None:
+            reasons.update(
+                OPAQUE_REASONS.get(str(m.meta[OPAQUE_KEY]), "opaque_summary")
+                for m in calls[last].context
+                if OPAQUE_KEY in m.meta
+            )
         result.append(sorted(reasons) or [EXACT])
     return result
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from judge.filters import FilterOptions, rollout_filter
+from pipeline.fidelity import segment_fidelity
 from pipeline.readers.codex import (
     ENCRYPTED_SUMMARY,
     WEB_SEARCH_RESULTS,
@@ -266,3 +267,14 @@ def test_real_remote_compactions_are_opaque_and_custom_tools_pass_the_filter():
     kinds = [k for c in rollout.calls() for k in (c.meta.get("tool_kinds") or {}).values()]
     assert kinds.count("custom") == 16
     assert rollout_filter(rollout, FilterOptions(off_task=False)) is None
+
+
+def test_segments_after_a_web_search_say_a_tool_result_is_not_in_the_log(renderer):
+    rollout = only("codex", fixture("codex", "web_search.jsonl"))
+    segments = Segmenter(renderer).segments(rollout)
+    assert segment_fidelity(rollout, segments) == [["opaque_tool_result"]] * len(segments)
+    remote = only("codex", fixture("codex", "compacted_remote_twice.jsonl"))
+    segments = Segmenter(renderer).segments(remote)
+    assert segment_fidelity(remote, segments) == [["exact"]] + [["opaque_summary"]] * (
+        len(segments) - 1
+    )
