@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "pipeline.commands.gateway",
     "pipeline.commands.verify",
     "pipeline.commands.show",
+    "pipeline.commands.view",
 ]
 
 
