@@ -22,6 +22,7 @@ SEAM_KINDS = {
     "edit": "the agent or harness edited the context (deleted or replaced items)",
     "truncation": "old context was cut off",
     "template": "no rewrite, but the chat template re-rendered history differently (e.g. dropped earlier reasoning)",
+    "divergence": "no rewrite, but the logged input ids of a call do not extend the segment (a retry, an unannounced context change)",
 }
 
 # Arrow primitive types by the dtype name ``datasets`` gives them in YAML.

@@ -94,9 +94,8 @@ class RowBatch:
             return
         n_s = [m.num_trainable_tokens for m in segments]
         after = trainable_tokens_after(n_s)
-        compactions = sum(
-            1 for e in rollout.events if isinstance(e, RewriteEvent) and e.reason == "compaction"
-        )
+        rewrites = [e.reason for e in rollout.events if isinstance(e, RewriteEvent)]
+        compactions, edits = rewrites.count("compaction"), rewrites.count("edit")
         fidelity = segment_fidelity(rollout, [m.segment for m in segments])
         self.last_fidelity = fidelity
         for index, (m, n, tail, fid) in enumerate(zip(segments, n_s, after, fidelity)):
@@ -131,6 +130,7 @@ class RowBatch:
                 ]
             )
             c["num_compactions"].append(compactions)
+            c["num_context_edits"].append(edits)
             c["seam_kind"].append(seg.seam_kind)
             c["seam_trigger"].append(seg.seam_trigger)
             c["drift_realigned"].append(seg.drift_realigned)

@@ -15,8 +15,10 @@ Invariants (DESIGN.md, "Seams and segments"):
   trained tokens are the ones the policy produced) and continues with the rest of
   ``P_{i+1}``. Realignments are counted per segment.
 - Any other mismatch is a seam. Its kind is the reason of the rewrite event between the
-  two calls (``compaction`` | ``edit`` | ``truncation``), or ``template`` when there was
-  no rewrite (the template re-rendered history, e.g. dropped earlier reasoning).
+  two calls (``compaction`` | ``edit`` | ``truncation``); without a rewrite it is
+  ``divergence`` when the call's input ids were logged (they do not extend the segment)
+  and ``template`` when they were rendered (the template re-rendered history, e.g.
+  dropped earlier reasoning).
 - A segment's sequence is its last call's input plus that call's output; every call's
   output in it lies at a known span (``CallSpan``) and is trained exactly once, in the
   segment that generated it. A summary call closes its segment; in the next segment
@@ -166,7 +168,7 @@ class Segmenter:
                 tail = self._extension(seg, prev, prev_out, call, pieces)
                 if tail is None:
                     done.append(seg.finish())
-                    kind = call.rewrite.reason if call.rewrite else "template"
+                    kind = call.rewrite.reason if call.rewrite else _unrewritten(call)
                     trigger = call.rewrite.trigger if call.rewrite else None
                     seg = self._start(call, pieces, kind, trigger)
                 else:
@@ -274,6 +276,14 @@ class Segmenter:
         seg.drift_realigned += 1
         seg.engine = [prompt]
         return prompt[first_mismatch + consumed :]
+
+
+def _unrewritten(call: CallView) -> str:
+    """The kind of a seam no rewrite explains: ``divergence`` when the engine logged the
+    call's input (the logged ids themselves stop extending the segment: a retry, a
+    context the harness changed without saying so), else ``template`` (the chat
+    template re-rendered history, e.g. dropped earlier reasoning)."""
+    return "divergence" if call.message.prompt_ids is not None else "template"
 
 
 def _retokenized_length(r: ChatRenderer, tail: np.ndarray, text: str) -> int | None:

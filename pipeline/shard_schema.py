@@ -85,12 +85,13 @@ COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
     ),
     ("num_calls", pa.int32(), False, "Policy calls in this segment."),
     ("call_spans", pa.list_(CALL_SPAN), False, "Where each call's output lies in input_ids."),
-    ("num_compactions", pa.int32(), False, "Compactions in the whole rollout."),
+    ("num_compactions", pa.int32(), False, "Compactions in the whole rollout (not edits)."),
     (
         "seam_kind",
         pa.string(),
         False,
-        "Seam that starts this segment: none | compaction | edit | truncation | template.",
+        "Seam that starts this segment: none | compaction | edit | truncation | template | "
+        "divergence.",
     ),
     ("seam_trigger", pa.string(), True, "budget | model | manual for rewrite seams, else null."),
     (
@@ -102,6 +103,13 @@ COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
     ("truncated", pa.bool_(), False, "Some call of this segment was cut by the length limit."),
     ("resolved", pa.bool_(), True, "Task outcome when recorded."),
     ("parent_rollout_id", pa.string(), True, "Sub-agent rollouts: the parent rollout."),
+    (
+        "num_context_edits",
+        pa.int32(),
+        False,
+        "Context edits (rewrites with reason edit, e.g. Claude Code microcompactions) in the "
+        "whole rollout; counted apart from compactions.",
+    ),
     (
         "context_fidelity",
         pa.list_(pa.string()),

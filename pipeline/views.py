@@ -66,7 +66,8 @@ def connect(build_dir: str | Path) -> duckdb.DuckDBPyConnection:
     con.execute(f"CREATE VIEW segments AS SELECT * FROM read_parquet({_sql_list(shards)})")
     columns = {row[0] for row in con.execute("DESCRIBE segments").fetchall()}
     con.execute(_calls_sql(_tool_call_token_id(manifest), "reported_input_tokens" in columns))
-    con.execute(ROLLOUTS_SQL)
+    edits = "num_context_edits" if "num_context_edits" in columns else "CAST(NULL AS INTEGER)"
+    con.execute(ROLLOUTS_SQL.format(edits=edits))
     con.execute(_quarantine_sql(out / "quarantine.jsonl"))
     if "context_fidelity" in columns:
         con.execute(FIDELITY_SQL)
@@ -135,6 +136,7 @@ WITH per_segment AS (
            any_value(parent_rollout_id) AS parent_rollout_id,
            any_value(reward) AS reward, any_value(advantage) AS advantage, any_value(group_size) AS group_size,
            any_value(resolved) AS resolved, any_value(num_compactions) AS num_compactions,
+           any_value({edits}) AS num_context_edits,
            count(*) AS num_segments,
            count(*) FILTER (WHERE seam_kind <> 'none') AS num_seams,
            count(*) FILTER (WHERE seam_kind = 'template') AS template_seams,
@@ -149,7 +151,8 @@ per_call AS (
            sum(tokens) FILTER (WHERE kind = 'summary') AS summary_tokens
     FROM calls GROUP BY rollout_id)
 SELECT s.rollout_id, s.task_id, s.source, s.model, s.parent_rollout_id, s.reward, s.advantage, s.group_size,
-       s.resolved, coalesce(s.resolved, s.reward > 0) AS passed, s.num_compactions, s.num_segments, s.num_seams,
+       s.resolved, coalesce(s.resolved, s.reward > 0) AS passed, s.num_compactions, s.num_context_edits,
+       s.num_segments, s.num_seams,
        s.template_seams, c.num_calls, c.action_calls, c.summary_calls, c.tool_calls, c.summary_tokens,
        s.tokens, s.trainable_tokens, s.truncated
 FROM per_segment s JOIN per_call c USING (rollout_id)"""

@@ -168,3 +168,48 @@ def test_logged_token_ids_win_over_rendering(renderer):
     assert (
         np.allclose(masked.logprobs[span.start :], -0.5) and not masked.logprobs[: span.start].any()
     )
+
+
+def _logged_pair(second_prompt: list[int]) -> Rollout:
+    """Two calls with logged ids: [1,2,3] → [4,5], then ``second_prompt`` → [9]."""
+    return Rollout.model_validate(
+        {
+            "rollout_id": "r",
+            "task_id": "t",
+            "source": "hand",
+            "reward": 1.0,
+            "events": [
+                {"type": "message", "id": "u", "role": "user", "content": "go"},
+                {
+                    "type": "message",
+                    "id": "a1",
+                    "role": "assistant",
+                    "content": "x",
+                    "prompt_ids": [1, 2, 3],
+                    "output_ids": [4, 5],
+                },
+                {"type": "message", "id": "u2", "role": "user", "content": "more"},
+                {
+                    "type": "message",
+                    "id": "a2",
+                    "role": "assistant",
+                    "content": "y",
+                    "prompt_ids": second_prompt,
+                    "output_ids": [9],
+                },
+            ],
+        }
+    )
+
+
+def test_logged_ids_that_stop_extending_without_a_rewrite_are_a_divergence_seam(renderer):
+    """No rewrite and no rendering: the logged input of call 2 drops token 2, so the
+    seam is a divergence (a template had no part in it), not a template seam."""
+    extends = Segmenter(renderer).segments(_logged_pair([1, 2, 3, 4, 5, 7]))
+    assert [s.seam_kind for s in extends] == ["none"]
+    diverges = Segmenter(renderer).segments(_logged_pair([1, 3, 4, 5, 7]))
+    assert [(s.seam_kind, s.seam_trigger) for s in diverges] == [
+        ("none", None),
+        ("divergence", None),
+    ]
+    assert diverges[1].tokens.tolist() == [1, 3, 4, 5, 7, 9]

@@ -11,8 +11,8 @@ Rewrites: ``compact_boundary`` + the following ``isCompactSummary`` user record 
 ``compaction`` rewrite whose new context is the summary (plus any messages the
 boundary says it preserved); the summary call itself is not in the file, so there is
 no summary call. ``microcompact_boundary`` clears the results of ``compactedToolIds``
-in place: a rewrite keeping everything, with those results replaced by the cleared
-placeholder. Records that are not model messages are skipped with their reason.
+in place: an ``edit`` rewrite (a context edit, counted apart from compactions) keeping
+everything, with those results replaced by the cleared placeholder. Records that are not model messages are skipped with their reason.
 Claude Code records no system prompt, tool schemas, token ids or rewards.
 """
 

@@ -6,7 +6,7 @@ response; this module replays one conversation, in file order, into events:
 - ``compact_boundary`` (+ the ``isCompactSummary`` user record after it) → a
   ``compaction`` rewrite to the summary, plus the messages the boundary lists in
   ``preservedMessages``. The summary call is not in the file: no summary call.
-- ``microcompact_boundary`` → a ``compaction`` rewrite keeping every live message, the
+- ``microcompact_boundary`` → an ``edit`` rewrite keeping every live message, the
   results of ``compactedToolIds`` replaced by Claude Code's cleared placeholder.
 - A resumed session (``claude --resume``) starts with copies of the earlier session's
   records, which carry that session's id: they were calls of that session, not this
@@ -355,8 +355,9 @@ class _Replay:
                 )
             else:
                 items.append(Keep(id=event.id))
+        # A context edit, not a compaction: no summary, only old results cleared in place.
         self.builder.rewrite(
-            "compaction",
+            "edit",
             "manual" if md.get("trigger") == "manual" else "budget",
             items,
             id=entry.data.get("uuid"),

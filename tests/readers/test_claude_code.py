@@ -103,7 +103,7 @@ def test_microcompaction_rewrites_in_place_with_the_cleared_results_replaced():
     rollout = only("claude-code", fixture("claude_code", "microcompact.jsonl"))
     assert shape(rollout)[5] == (
         "rewrite",
-        "compaction",
+        "edit",
         "budget",
         [
             ("keep", "u1"),
