@@ -4,7 +4,7 @@ A correction says: at call k the policy proposed ``original``, a judge replaced 
 ``replacement`` was executed. The rollout records what was executed, so SFT trains the
 replacement exactly where the rollout has it, and the original proposal never enters
 a training sequence (it is kept only in the ``corrections`` column and in preference
-pairs). A correction is attached only when (DESIGN.md: a correction that does not
+pairs). A correction is attached only when (docs/design.md: a correction that does not
 match its rollout is reported, never silently dropped):
 
 - its call exists;

@@ -6,7 +6,7 @@ summaries that drop at least one key item (3.1% → 0.2%); next-step omission �
 share without a concrete next step (8.2% → 2.2%). Also reported: the share of key
 items dropped, self-consistency violations (contradictions and wrong workspace state),
 invented paths, and summary length in words and characters. The checks are those of
-``summary.py``: a floor, not a ceiling (SUMMARIES.md).
+``summary.py``: a floor, not a ceiling (docs/summaries.md).
 """
 
 from __future__ import annotations

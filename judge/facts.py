@@ -1,7 +1,7 @@
 """Facts read from agent text with plain regular expressions: file paths, test names,
 error signatures, failure markers, and what a tool call does.
 
-The rule judge and the summary audit stand on these. SUMMARIES.md warns that checks
+The rule judge and the summary audit stand on these. docs/summaries.md warns that checks
 which only grep are "a floor, not a ceiling": every fact here is a regex match, so
 each finding can be traced back to the characters that produced it.
 """

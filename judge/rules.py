@@ -1,7 +1,7 @@
 """The rule judge: deterministic findings on finished rollouts, no network.
 
 AutoCompact's Judge reviews three decisions; each rule below is a checkable floor for
-one of them (SUMMARIES.md: grep-level checks are "a floor, not a ceiling"):
+one of them (docs/summaries.md: grep-level checks are "a floor, not a ceiling"):
 
 - (a) ``trigger`` / ``missing_trigger`` or ``too_late``: inside one context window the
   agent repeats a read or search it already made (same tool, same arguments) while

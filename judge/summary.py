@@ -1,6 +1,6 @@
 """Read one compaction summary and check it against the history it summarizes.
 
-The checks are the failure modes of SUMMARIES.md ("How summaries fail") and the
+The checks are the failure modes of docs/summaries.md ("How summaries fail") and the
 measures AutoCompact reports for working-state summaries:
 
 - **key-state omission**: a key file, failing command, error signature or test name of

@@ -3,7 +3,7 @@
 ``steps_in`` pairs every tool call with its result and classifies it (``facts.classify``);
 ``workspace_state`` folds the steps into the facts a working-state summary must keep.
 AutoCompact's working state is "which files are changed, which tests exist and whether
-they pass" plus what is established; SUMMARIES.md lists the key state a summary must
+they pass" plus what is established; docs/summaries.md lists the key state a summary must
 not drop: file paths, failing commands, error signatures, test names. Here:
 
 - key files: files the agent wrote (not the harness's own, such as Claude Code's plan

@@ -1,6 +1,6 @@
 """Find the seams of a rollout and cut it into segments whose prefix only grows.
 
-Invariants (DESIGN.md, "Seams and segments"):
+Invariants (docs/design.md, "Seams and segments"):
 
 - The test is done in token space. A call's input ``P_i`` is its logged ``prompt_ids``
   when the engine logged them, else the chat template's rendering of its context; its

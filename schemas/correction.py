@@ -1,4 +1,4 @@
-"""Judge correction records (DESIGN.md, "Judge corrections"; AutoCompact's online Judge).
+"""Judge correction records (docs/design.md, "Judge corrections"; AutoCompact's online Judge).
 
 A correction names one call of one rollout, says what kind of mistake the judge saw
 (``trigger``: when to compact; ``state``: what the working-state summary keeps;

@@ -1,4 +1,4 @@
-"""The canonical, event-sourced rollout (DESIGN.md, "The canonical rollout").
+"""The canonical, event-sourced rollout (docs/design.md, "The canonical rollout").
 
 A rollout is a list of events replayed in order against a *live context*:
 

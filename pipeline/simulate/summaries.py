@@ -1,4 +1,4 @@
-"""Summaries as real harnesses write them (../shared/SUMMARIES.md), and their defects.
+"""Summaries as real harnesses write them (docs/summaries.md), and their defects.
 
 - CompactionRL: after the instruction ``Q_SUM`` the policy writes a summary with the
   original goal, completed actions, important observations, unresolved errors, the

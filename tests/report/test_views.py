@@ -98,6 +98,22 @@ def test_docs_show_exactly_the_five_example_queries():
     assert blocks == [q.sql for q in EXAMPLES]
 
 
+def test_the_readme_names_every_documented_view_and_copies_no_query():
+    """docs/data.md is the one place for the views' columns and the queries: the README
+    only names the views and links there (a copy would go stale unseen)."""
+    readme = (DOCS.parents[1] / "README.md").read_text()
+    views = DOCS.read_text().split("## Views", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `(\w+)`", views, re.M)
+    assert {"segments", "calls", "rollouts", "quarantine", "corrections", "audit"} <= set(
+        documented
+    )
+    section = readme.split("## Looking at the data", 1)[1].split("\n## ", 1)[0]
+    assert all(f"`{view}`" in section for view in documented)
+    assert "(docs/data.md)" in section
+    assert not any(q.sql in readme for q in STANDARD)
+    assert "```sql" not in readme
+
+
 def test_sft_builds_add_corrections_and_audit_views(sft_build):
     con = connect(sft_build)
     assert {"corrections", "audit"} <= set(view_names(con))
