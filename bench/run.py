@@ -12,7 +12,8 @@ of the same text would flatter a build that remembers encoded text.
    on append-only rollouts of 25/50/100/200 calls;
 3. the token-in/token-out path: tokens per second on one core;
 4. scaling: 1× vs 8× input (time ratio and peak RSS), 2 workers vs 1;
-5. the Ray engine vs the local engine.
+5. the Ray engine vs the local engine;
+6. ``seam gateway``: added latency per call and calls/s versus straight to an engine stub.
 
 Prints a table and writes ``out/bench.json``.
 """
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REPEATS = 3  # runs of each side of a ratio; the fastest counts (--repeats)
 sys.path.insert(0, str(ROOT))
 
+from bench.gateway_overhead import bench_gateway  # noqa: E402
 from bench.inputs import append_only, text_only, token_logged  # noqa: E402
 from bench.naive_baseline import naive_masks  # noqa: E402
 from pipeline.canonical_io import iter_canonical_records, write_canonical_jsonl  # noqa: E402
@@ -367,6 +369,12 @@ def print_table(results: dict) -> None:
         else f"{r['overhead_s']} s (identical: {r['identical_output']})",
         "reported",
     )
+    g = results["gateway"]
+    table.add_row(
+        "gateway added latency per call / calls/s (direct → via gateway)",
+        f"+{g['added_latency_ms']} ms / {g['calls_per_s_direct']} → {g['calls_per_s_gateway']}",
+        "reported",
+    )
     Console().print(table)
 
 
@@ -399,6 +407,7 @@ def main() -> None:
         results["token_in_token_out"] = bench_tito(sample[: 8 if args.quick else 64], work)
         results["scaling"] = bench_scaling(held_out, work)
         results["ray"] = bench_ray(held_out[: len(held_out) // 4], work)
+    results["gateway"] = bench_gateway(calls=20 if args.quick else 100, repeats=REPEATS)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     print_table(results)

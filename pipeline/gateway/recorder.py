@@ -20,9 +20,12 @@ import fcntl
 import json
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 
@@ -41,7 +44,7 @@ def check_id(value: str, what: str) -> str:
 
 
 def _append_line(path: Path, record: dict) -> None:
-    data = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    data = orjson.dumps(record) + b"\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         written = os.write(fd, data)
@@ -80,6 +83,8 @@ class Recorder:
             "calls": 0,
             "calls_with_token_ids": 0,
         }
+        self._manifest_lock = threading.Lock()  # calls of several sessions finish at once
+        self._manifest_written = 0.0
         self._locks: dict[str, asyncio.Lock] = {}
         self._side_lock = asyncio.Lock()
         self.write_manifest()
@@ -89,6 +94,10 @@ class Recorder:
         os.close(self._lock_fd)
 
     def write_manifest(self) -> None:
+        with self._manifest_lock:
+            self._write_manifest()
+
+    def _write_manifest(self) -> None:
         ids = self.manifest["calls_with_token_ids"]
         calls = self.manifest["calls"]
         self.manifest["token_ids"] = (
@@ -106,8 +115,11 @@ class Recorder:
         await asyncio.to_thread(_append_line, self.calls_dir / f"{rollout_id}.jsonl", record)
         self.manifest["calls"] += 1
         self.manifest["calls_with_token_ids"] += int(token_ids)
-        # Kept current (not fsync'd: the call logs are the truth, this is their summary).
-        await asyncio.to_thread(self.write_manifest)
+        # Kept current within a second (not fsync'd: the call logs are the truth, this is
+        # their summary; rewriting it on every call would cost more than the call's line).
+        if time.monotonic() - self._manifest_written > 1.0:
+            self._manifest_written = time.monotonic()
+            await asyncio.to_thread(self.write_manifest)
 
     async def record_side(self, name: str, record: dict) -> None:
         async with self._side_lock:

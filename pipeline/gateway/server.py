@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 from pipeline.gateway.dialects import (
@@ -184,7 +185,7 @@ class Gateway:
         received = time.monotonic()
         try:
             session = self._session(request)
-            body = await request.json()
+            body = await request.json(loads=orjson.loads)
             if not isinstance(body, dict):
                 raise DialectError("the request body must be a JSON object")
             upstream_body = anthropic_to_openai(body) if dialect == "anthropic" else dict(body)
@@ -239,10 +240,10 @@ class Gateway:
             message = openai_to_anthropic(answer, body.get("model"))
             if stream:
                 return await _stream(request, anthropic_sse(message))
-            return web.json_response(message)
+            return web.json_response(message, dumps=_dumps)
         if stream:
             return await _stream(request, openai_sse(answer, include_usage))
-        return web.json_response(answer)
+        return web.json_response(answer, dumps=_dumps)
 
     def _session(self, request: web.Request) -> Session:
         task_id = request.match_info.get("task_id") or request.headers.get("X-Seam-Task-Id")
@@ -305,7 +306,9 @@ class Gateway:
             sent = {**body, **(TOKEN_ID_PARAMS if self.token_ids else {})}
             try:
                 async with self.client.post(
-                    self._upstream("/chat/completions"), json=sent, headers=self._auth()
+                    self._upstream("/chat/completions"),
+                    data=orjson.dumps(sent),
+                    headers={"Content-Type": "application/json", **self._auth()},
                 ) as resp:
                     data = await resp.read()
                     status = resp.status
@@ -321,7 +324,7 @@ class Gateway:
         if status != 200:
             return status, data, ms
         try:
-            parsed = json.loads(data)
+            parsed = orjson.loads(data)
             if not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
                 raise ValueError("no choices")
         except (ValueError, AttributeError) as exc:
@@ -383,6 +386,10 @@ class Gateway:
         }
         seam["correction"] = {**correction, "original_response": response}
         return executed, correction
+
+
+def _dumps(obj) -> str:
+    return orjson.dumps(obj).decode()
 
 
 def _canonical(message: dict):

@@ -94,6 +94,7 @@ def test_openai_session_is_recorded_token_exact_and_its_compaction_is_a_seam(
     for call, produced in zip(calls, model_server.produced):
         assert call["response"]["prompt_token_ids"] == produced.prompt_ids
         assert call["response"]["choices"][0]["token_ids"] == produced.output_ids
+    gw.recorder.write_manifest()  # kept current within a second; now, for the test
     manifest = json.loads((gw.out / "gateway.json").read_text())
     assert manifest["calls"] == 4 and manifest["token_ids"] == "all"
 
