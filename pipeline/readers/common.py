@@ -234,14 +234,28 @@ def located(item, where: list[tuple[str, int | None]], name_file: bool):
         file, line = where[pos]
         return f"{file}:{line}" if name_file else f"line {line}"
 
-    if isinstance(item, Accepted) and item.rollout.meta.get("fidelity"):
+    if isinstance(item, Accepted):
+        rollout = item.rollout
         fidelity = [
             {**f, "detail": _POSITION.sub(lambda m: place(int(m.group(1))), str(f["detail"]))}
-            for f in item.rollout.meta["fidelity"]
+            for f in rollout.meta.get("fidelity") or []
         ]
-        meta = {**item.rollout.meta, "fidelity": fidelity}
-        item = dataclasses.replace(item, rollout=item.rollout.model_copy(update={"meta": meta}))
+        events = [_event_located(e, where, name_file) for e in rollout.events]
+        update = {"events": events}
+        if fidelity:
+            update["meta"] = {**rollout.meta, "fidelity": fidelity}
+        item = dataclasses.replace(item, rollout=rollout.model_copy(update=update))
     if item.line is None:
         return item
     file, line = where[item.line]
     return dataclasses.replace(item, line=line, file=file if name_file else None)
+
+
+def _event_located(event, where: list[tuple[str, int | None]], name_file: bool):
+    """A rewrite whose ``meta.boundary_line`` is a stream position, with its file's line."""
+    pos = event.meta.get("boundary_line") if event.type == "rewrite" else None
+    if not isinstance(pos, int):
+        return event
+    file, line = where[pos]
+    meta = {**event.meta, "boundary_line": line, **({"boundary_file": file} if name_file else {})}
+    return event.model_copy(update={"meta": meta})
