@@ -66,6 +66,8 @@ class RunningGateway:
         return f"{self.url}/s/{task}/{rollout}"
 
     def stop(self):
+        if not self._thread.is_alive():
+            return
         self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
         self.recorder.close()

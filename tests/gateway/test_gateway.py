@@ -411,3 +411,20 @@ def test_kill_9_loses_no_completed_call(tmp_path, model_server):
     assert sum(r["num_calls"] for r in rows) == 3
     trained = [t for r in rows for t in _trained_ids(r)]
     assert trained == [t for p in model_server.produced for t in p.output_ids]
+
+
+def test_a_restarted_gateway_continues_its_sessions(tmp_path, model_server, start_gateway):
+    first = start_gateway(model_server.url)
+    client = openai.OpenAI(base_url=first.base("t", "long") + "/v1", api_key="none")
+    history = [{"role": "user", "content": "go"}]
+    msg = _chat(client, history)
+    first.stop()
+    second = start_gateway(model_server.url)  # same --out
+    client = openai.OpenAI(base_url=second.base("t", "long") + "/v1", api_key="none")
+    history += [{"role": "assistant", "content": msg.content}, {"role": "user", "content": "more"}]
+    _chat(client, history)
+    calls = [json.loads(x) for x in (second.out / "calls" / "long.jsonl").read_text().splitlines()]
+    assert [c["seam"]["extends_previous"] for c in calls] == [None, True]
+    out, result = _build(tmp_path, second.out, rewards=_rewards(tmp_path, "long"))
+    rows = _rows(out)
+    assert len(rows) == 1 and rows[0]["num_calls"] == 2
