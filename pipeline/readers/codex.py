@@ -249,16 +249,18 @@ class _Session:
         instructions = meta.get("base_instructions") or {}
         text = instructions.get("text") if isinstance(instructions, dict) else instructions
         if text:
-            self.base_id = self.builder.append(
+            base = self.builder.append(
                 msg(
                     "system", str(text), id="base_instructions", meta={"codex": "base_instructions"}
                 )
-            ).id
+            )
+            self.base_id = base.id if base is not None else None
 
     def flush(self) -> None:
         if self.call:
             event = self.builder.append(self.call.message())
-            self.response_calls.append(event.id)
+            if event is not None:  # an assistant message is always appended
+                self.response_calls.append(event.id)
             self.call = _Call()
 
     def append_input(self, m: Msg) -> MessageEvent | None:
@@ -266,7 +268,7 @@ class _Session:
         self.response_calls = []
         return self.builder.append(m)
 
-    def web_search(self, line: int) -> None:
+    def web_search(self, line: int | None) -> None:
         """The model's output stops at a web search; the provider runs it and the model
         reads results the log does not hold (an opaque tool result), then goes on."""
         call_id = str(self.call.calls[-1]["id"])
@@ -275,7 +277,7 @@ class _Session:
         self.fidelity.append(
             _fidelity(
                 "opaque_tool_result",
-                result.id,
+                result.id if result is not None else None,
                 f"web search {call_id}: its results are not in the log",
             )
         )
@@ -300,10 +302,10 @@ def rollouts_from_records(records: Records, default_id: str) -> Iterator[ReadIte
     sessions: dict[str, _Session] = {}
     session: _Session | None = None
     for line, rec, error, raw in records:
-        if error:
-            yield Rejected(line, error, raw)
+        if error or rec is None:
+            yield Rejected(line, error or "not a JSON object", raw)
             continue
-        rtype, payload = rec.get("type"), rec.get("payload")
+        rtype, payload = str(rec.get("type")), rec.get("payload")
         payload = payload if isinstance(payload, dict) else {}
         if rtype == "session_meta":
             key = str(payload.get("id") or payload.get("session_id") or default_id)
@@ -344,9 +346,9 @@ class CodexReader(Reader):
     def sniff(self, path: Path, head: bytes) -> bool:
         rec = first_json_object(head)
         return (
-            bool(rec)
+            rec is not None
             and "payload" in rec
-            and rec.get("type")
+            and str(rec.get("type"))
             in {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
         )
 
@@ -411,7 +413,11 @@ def _record(s: _Session, rtype: str, payload: dict, line: int | None) -> str | N
         return f"response_item/{kind} for a call that is not open in this session"
     m.id = f"L{line}"
     event = s.append_input(m)
-    if m.role == "user" and not m.content.lstrip().startswith(INJECTED_PREFIXES):
+    if (
+        event is not None
+        and m.role == "user"
+        and not m.content.lstrip().startswith(INJECTED_PREFIXES)
+    ):
         s.turn_starts.add(event.id)
     return None
 

@@ -290,7 +290,7 @@ class ChatCompletionsReader(Reader):
         return out
 
 
-def apply_request(builder: RolloutBuilder, sent: list[Msg], line: int) -> None:
+def apply_request(builder: RolloutBuilder, sent: list[Msg], line: int | None) -> None:
     """Append what a request adds to the live context, or rewrite to it (``line``: where
     the request is, recorded on the rewrite). Shared by the readers of per-call logs."""
     items = builder.match(sent)
