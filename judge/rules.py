@@ -51,9 +51,8 @@ ALL_CHECKS = (
 # On by default: the checks whose precision on the shipped hand labels
 # (judge/labels/claude_code_realworld.jsonl, `seam judge --eval`) is >= 0.8, or that raised
 # no false positive and missed no labelled positive there (docs/sft.md, "Calibration",
-# has the numbers). Off: state/invented, whose only flags on the labels were real paths
-# read before a sliced file began; it is trusted only with a complete history.
-DEFAULT_CHECKS = tuple(c for c in ALL_CHECKS if c != "state/invented")
+# has the numbers and the caveat: six labels, no labelled defect).
+DEFAULT_CHECKS = ALL_CHECKS
 
 
 def judge_rollout(rollout: Rollout, checks: tuple[str, ...] = DEFAULT_CHECKS) -> list[Finding]:

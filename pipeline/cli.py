@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "pipeline.commands.verify",
     "pipeline.commands.show",
     "pipeline.commands.view",
+    "pipeline.commands.hooks",
 ]
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.readers import Reader, ReadItem, Rejected, Skipped, register
+from pipeline.readers.claude_code_captures import join_captures
 from pipeline.readers.claude_code_replay import Entry, Thread, thread_rollout
 from pipeline.readers.common import (
     BAD_CONTENT,
@@ -84,7 +85,7 @@ class ClaudeCodeReader(Reader):
         read as one file. Items of several files name their ``file``."""
         records, where = merged_records(paths, _uuid)
         for item in self._read_records(records, paths[0]):
-            yield located(item, where, len(paths) > 1)
+            yield located(join_captures(item, paths), where, len(paths) > 1)
 
     def _read_records(self, records: list, path: Path) -> Iterator[ReadItem]:
         threads: dict[str, Thread] = {}

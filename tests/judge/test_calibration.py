@@ -89,8 +89,8 @@ def test_every_default_check_is_calibrated_on_the_real_sessions():
     run = subprocess.run(
         [
             sys.executable,
-            "-m",
-            "pipeline.cli",
+            "-c",
+            "import sys; from pipeline.cli import main; sys.exit(main())",
             "judge",
             "--eval",
             str(LABELS),
@@ -117,7 +117,15 @@ def test_a_label_naming_no_compaction_fails_the_eval(tmp_path):
     labels.write_text(label("nope").model_dump_json() + "\n")
     env = {**os.environ, "PYTHONPATH": str(LABELS.parents[2])}
     run = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "judge", "--eval", str(labels), str(FIXTURE)],
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pipeline.cli import main; sys.exit(main())",
+            "judge",
+            "--eval",
+            str(labels),
+            str(FIXTURE),
+        ],
         capture_output=True,
         text=True,
         env=env,

@@ -154,9 +154,15 @@ def test_c_a_summary_naming_a_path_never_seen_invents_it():
         GOOD_SUMMARY.replace("Edited src/dates.py", "Edited src/dates.py and src/tz_utils.py")
     )
     assert (4, "state", "invented") in verdicts(story)
-    # Not calibrated to precision >= 0.8 on the hand labels: off by default.
-    assert "state/invented" not in DEFAULT_CHECKS
-    assert not [f for f in judge_rollout(story.build()) if f.verdict == "invented"]
+
+
+def test_checks_can_be_chosen():
+    story = explored().compact(
+        GOOD_SUMMARY.replace("Edited src/dates.py", "Edited src/dates.py and src/tz_utils.py")
+    )
+    only = judge_rollout(story.build(), ("state/invented",))
+    assert {(f.type, f.verdict) for f in only} == {("state", "invented")}
+    assert set(DEFAULT_CHECKS) <= set(ALL_CHECKS)
     assert (4, "state", "wrong_state") in verdicts(story)  # and it was never written
 
 
