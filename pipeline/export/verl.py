@@ -12,8 +12,14 @@ are, instead of sampling.
 ``prompt`` is the segment's prompt tokens decoded and split back into ChatML messages
 (tool results show as the user turns the template rendered them into); a tokenizer
 without ChatML markers gives one user message holding the decoded prompt.
-``reward_model.ground_truth`` is the recorded reward as text: a ``compute_score`` that
-returns ``float(ground_truth)`` reproduces it.
+``reward_model.ground_truth`` is the recorded reward as text; ``verl_reward.py`` is the
+``compute_score`` that returns it (verl has none for ``data_source="seam/..."``).
+
+The response ends at the segment's **last trainable token**: verl's reward managers put
+the score on the last response token and its GAE skips tokens with ``response_mask`` 0,
+so a response ending in untrained tokens (a truncated call whose rendered end-of-turn
+is not trained) would lose its reward (A ≡ 0). The tokens cut there are context for
+nothing later in the segment; ``trimmed_tokens`` counts them per row.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ SCHEMA = pa.schema(
         ("response_logprobs", pa.list_(pa.float32())),
         ("reward_score", pa.float32()),
         ("num_turns", pa.int32()),
+        ("trimmed_tokens", pa.int32()),
     ]
 )
 
@@ -76,9 +83,12 @@ def verl_table(shard: pa.Table, tokenizer, first_index: int) -> pa.Table:
     """``shard`` in verl's layout; ``extra_info.index`` counts rows from ``first_index``.
     ``tokenizer`` is the build's ``tokenizers.Tokenizer`` (decoding needs no chat template)."""
     at = response_starts(shard)
-    prompt_ids, response_ids = split_lists(shard["input_ids"], at)
-    _, response_mask = split_lists(shard["loss_mask"], at)
-    _, response_logprobs = split_lists(shard["logprobs"], at)
+    end = last_trainable_ends(shard["loss_mask"])
+    lengths = shard["input_ids"].combine_chunks().value_lengths().to_numpy(zero_copy_only=False)
+    kept = slice_lists(shard, end)
+    prompt_ids, response_ids = split_lists(kept["input_ids"], at)
+    _, response_mask = split_lists(kept["loss_mask"], at)
+    _, response_logprobs = split_lists(kept["logprobs"], at)
     texts = tokenizer.decode_batch(prompt_ids.to_pylist(), skip_special_tokens=False)
     prompts = [chatml_messages(t) or [{"role": "user", "content": t}] for t in texts]
     n = shard.num_rows
@@ -123,8 +133,28 @@ def verl_table(shard: pa.Table, tokenizer, first_index: int) -> pa.Table:
         response_logprobs,
         shard["reward"],
         pa.array(num_turns, pa.int32()),
+        pa.array(lengths - end, pa.int32()),
     ]
     return pa.Table.from_arrays(columns, schema=SCHEMA)
+
+
+def last_trainable_ends(loss_mask: pa.ChunkedArray) -> np.ndarray:
+    """Per row: 1 + the index of the last 1 in ``loss_mask`` (0 when there is none)."""
+    array = loss_mask.combine_chunks()
+    lengths = array.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
+    values = array.flatten().to_numpy(zero_copy_only=False)
+    rows = np.repeat(np.arange(len(array)), lengths)
+    position = np.arange(len(values)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    ends = np.zeros(len(array), dtype=np.int64)
+    np.maximum.at(ends, rows[values == 1], position[values == 1] + 1)
+    return ends
+
+
+def slice_lists(shard: pa.Table, end: np.ndarray) -> dict[str, pa.ListArray]:
+    """``input_ids``, ``loss_mask`` and ``logprobs`` of each row cut to ``[:end]``."""
+    return {
+        name: split_lists(shard[name], end)[0] for name in ("input_ids", "loss_mask", "logprobs")
+    }
 
 
 def _turns_opened(response_ids: pa.ListArray, tokenizer, num_calls: pa.ChunkedArray) -> np.ndarray:

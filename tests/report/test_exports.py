@@ -1,8 +1,9 @@
 """`seam export`: each target's output, read back in the shape its library documents.
 
-No trainer is installed: each test rebuilds what the library's loader does with the
+Without the trainers installed, each test here rebuilds what the library's loader does with the
 files (TRL's collator and GRPO batch, verl's RLHFDataset row and AgentLoopOutput,
-slime's ``Sample.from_dict``) from the documented field names and types.
+slime's ``Sample.from_dict``) from the documented field names and types; the trainers'
+own code runs on the exports in ``test_with_trl.py`` and ``test_with_verl.py``.
 """
 
 from __future__ import annotations
@@ -84,7 +85,10 @@ def test_trl_grpo_batch_rebuilds_each_segment_and_its_advantage(rl_build, tmp_pa
     for i, r in enumerate(rows):
         n, m = len(r["prompt_ids"]), len(r["completion_ids"])
         prompt_ids[i, p_len - n :], prompt_mask[i, p_len - n :] = r["prompt_ids"], 1
-        completion_ids[i, :m], completion_mask[i, :m] = r["completion_ids"], r["completion_mask"]
+        completion_ids[i, :m] = r["completion_ids"]
+        # TRL trains completion_mask * tool_mask; completion_mask is attention (all 1).
+        assert r["completion_mask"] == [1] * m
+        completion_mask[i, :m] = r["tool_mask"]
         if r["old_per_token_logps"] is not None:
             old_logps[i, :m] = r["old_per_token_logps"]
     advantages = np.array([r["advantages"] for r in rows], dtype=np.float32)

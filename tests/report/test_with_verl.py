@@ -1,0 +1,191 @@
+"""The verl exports run through verl's own code (skipped where ``verl`` is not installed;
+CI installs it in a virtualenv of its own, see ``.ci/run``).
+
+- verl's ``get_custom_reward_fn`` loads ``pipeline/export/verl_reward.py``, its
+  ``NaiveRewardManager`` places the score, and its ``compute_gae_advantage_return``
+  carries the reward to every trainable token, truncated calls included.
+- verl's ``compute_policy_loss_vanilla`` → ``agg_loss`` with ``token-mean``, given the
+  global ``batch_num_tokens`` that verl 0.9's default engine worker computes once per
+  mini-batch (``workers/engine/fsdp/transformer_impl.py``, ``forward_backward_batch``),
+  gives each rollout a gradient share equal to its token share, one segment per
+  micro-batch; without it (``batch_num_tokens=None``: a per-micro-batch mean) it does not.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("verl")
+torch = pytest.importorskip("torch")
+
+import datasets  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from verl import DataProto  # noqa: E402
+from verl.trainer.ppo.core_algos import compute_gae_advantage_return, get_policy_loss_fn  # noqa: E402
+from verl.trainer.ppo.reward import get_custom_reward_fn  # noqa: E402
+from verl.workers.config import FSDPActorConfig  # noqa: E402
+from verl.workers.reward_manager.naive import NaiveRewardManager  # noqa: E402
+
+import pipeline.export.verl_reward  # noqa: E402
+from pipeline.build import BuildConfig, run_build  # noqa: E402
+from pipeline.export import export_build  # noqa: E402
+from schemas.rollout import MessageEvent  # noqa: E402
+from tests.judge.rollouts import Story  # noqa: E402
+
+PAD = 151643
+
+
+def load(out: Path) -> list[dict]:
+    return list(datasets.load_dataset("parquet", data_dir=str(out), split="train"))
+
+
+@pytest.fixture(scope="module")
+def truncated_build(tmp_path_factory):
+    """A rollout whose last call was cut by max tokens (its rendered end-of-turn is not
+    trained, so its segment ends with an untrained token), and a plain one."""
+    tmp = tmp_path_factory.mktemp("verl-cut")
+    cut = Story("cut").act(("bash", {"command": "pytest"}, "1 failed")).build(reward=1.0)
+    events = [
+        *cut.events,
+        MessageEvent(id="a9", role="assistant", content="Let me", finish_reason="length"),
+    ]
+    cut = cut.model_copy(update={"events": events})
+    plain = Story("plain").say("Fixed it.").build(reward=1.0)
+    (tmp / "in.jsonl").write_text(
+        "\n".join(r.model_dump_json(exclude_none=True) for r in (cut, plain)) + "\n"
+    )
+    run_build(
+        BuildConfig(inputs=[str(tmp / "in.jsonl")], out=str(tmp / "out"), workers=1, progress=False)
+    )
+    return tmp / "out"
+
+
+def padded(rows, key, width, value, left=False):
+    out = torch.full(
+        (len(rows), width), value, dtype=torch.float32 if key == "logprobs" else torch.long
+    )
+    for i, r in enumerate(rows):
+        seq = torch.as_tensor(r[key])
+        if left:
+            out[i, width - len(seq) :] = seq
+        else:
+            out[i, : len(seq)] = seq
+    return out
+
+
+def data_proto(rows) -> DataProto:
+    """The batch verl's trainer hands its reward manager: prompts left-padded, responses
+    right-padded, one attention mask over both."""
+    p = max(len(r["prompt_ids"]) for r in rows)
+    c = max(len(r["response_ids"]) for r in rows)
+    ones = [{"p": [1] * len(r["prompt_ids"]), "c": [1] * len(r["response_ids"])} for r in rows]
+    return DataProto.from_dict(
+        tensors={
+            "prompts": padded(rows, "prompt_ids", p, PAD, left=True),
+            "responses": padded(rows, "response_ids", c, PAD),
+            "response_mask": padded(rows, "response_mask", c, 0),
+            "attention_mask": torch.cat(
+                [padded(ones, "p", p, 0, left=True), padded(ones, "c", c, 0)], 1
+            ),
+        },
+        non_tensors={
+            "data_source": np.array([r["data_source"] for r in rows], dtype=object),
+            "reward_model": np.array([r["reward_model"] for r in rows], dtype=object),
+            "extra_info": np.array([dict(r["extra_info"]) for r in rows], dtype=object),
+        },
+    )
+
+
+def test_the_recorded_reward_reaches_every_trainable_token_in_verls_gae(
+    truncated_build, tmp_path, tokenizer
+):
+    out = tmp_path / "verl"
+    export_build(truncated_build, "verl", out)
+    rows = load(out)
+    assert {r["extra_info"]["rollout_id"] for r in rows} == {"cut", "plain"}
+    cut = next(r for r in rows if r["extra_info"]["rollout_id"] == "cut")
+    assert cut["trimmed_tokens"] > 0 and cut["response_mask"][-1] == 1
+    config = OmegaConf.create(
+        {
+            "reward": {
+                "custom_reward_function": {
+                    "path": pipeline.export.verl_reward.__file__,
+                    "name": "compute_score",
+                }
+            }
+        }
+    )
+    manager = NaiveRewardManager(tokenizer, 0, compute_score=get_custom_reward_fn(config))
+    batch = data_proto(rows)
+    rewards = manager(batch)
+    mask = batch.batch["response_mask"].float()
+    _, returns = compute_gae_advantage_return(
+        rewards, torch.zeros_like(rewards), mask, gamma=torch.tensor(1.0), lam=torch.tensor(1.0)
+    )
+    # γ = λ = 1, V ≡ 0: the return of every trainable token is the rollout's reward R = 1.
+    for i, r in enumerate(rows):
+        trained = mask[i].bool()
+        assert int(trained.sum()) == sum(r["response_mask"]) > 0
+        torch.testing.assert_close(returns[i][trained], torch.ones(int(trained.sum())))
+
+
+def actor_config(mini_batch: int) -> dict:
+    return dict(
+        strategy="fsdp", ppo_micro_batch_size_per_gpu=1, ppo_mini_batch_size=mini_batch, rollout_n=1
+    )
+
+
+def shares(rows, batch_num_tokens):
+    """Gradient share of each rollout under verl's vanilla policy loss, one segment per
+    micro-batch: with advantages 1 at ratio 1, d loss / d log π_t is minus the token's
+    weight, read from autograd."""
+    config = FSDPActorConfig(**actor_config(len(rows)))
+    config.global_batch_info.update(
+        dp_size=1, batch_num_tokens=batch_num_tokens, global_batch_size=len(rows)
+    )
+    loss_fn = get_policy_loss_fn("vanilla")
+    weight = defaultdict(float)
+    for r in rows:
+        mask = torch.tensor([r["response_mask"]], dtype=torch.float32)
+        log_prob = torch.zeros_like(mask, requires_grad=True)
+        loss, _ = loss_fn(
+            old_log_prob=torch.zeros_like(mask),
+            log_prob=log_prob,
+            advantages=torch.ones_like(mask),
+            response_mask=mask.bool(),
+            loss_agg_mode=config.loss_agg_mode,
+            config=config,
+        )
+        loss.backward()
+        weight[r["extra_info"]["rollout_id"]] += -float(log_prob.grad.sum())
+    total = sum(weight.values())
+    return {k: v / total for k, v in weight.items()}
+
+
+def test_token_mean_with_the_engines_global_token_count_is_token_level(rl_build, tmp_path):
+    out = tmp_path / "verl"
+    export_build(rl_build, "verl", out)
+    # a0 has 1 segment, a2 has 3: one mini-batch of 4 rows, 4 micro-batches of 1.
+    rows = [r for r in load(out) if r["extra_info"]["rollout_id"] in ("a0", "a2")]
+    assert len(rows) == 4
+    tokens = defaultdict(int)
+    for r in rows:
+        tokens[r["extra_info"]["rollout_id"]] += sum(r["response_mask"])
+    token_shares = {k: v / sum(tokens.values()) for k, v in tokens.items()}
+    # verl's default aggregation.
+    assert FSDPActorConfig(**actor_config(4)).loss_agg_mode == "token-mean"
+    global_shares = shares(rows, batch_num_tokens=sum(tokens.values()))
+    for rollout, share in token_shares.items():
+        assert global_shares[rollout] == pytest.approx(share, rel=1e-6)
+    local = shares(rows, batch_num_tokens=None)  # a mean per micro-batch: per-segment weights
+    assert local["a2"] == pytest.approx(3 / 4, rel=1e-6)
+
+
+def test_verl_reward_function_rejects_rows_from_elsewhere():
+    assert pipeline.export.verl_reward.compute_score("seam/test", "", "0.5") == 0.5
+    with pytest.raises(ValueError, match="not a seam export row"):
+        pipeline.export.verl_reward.compute_score("gsm8k", "", "1")
