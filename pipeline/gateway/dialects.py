@@ -291,3 +291,234 @@ def anthropic_sse(message: dict) -> list[bytes]:
     )
     events.append(_sse({"type": "message_stop"}, "message_stop"))
     return events
+
+
+# ---------------------------------------------------------------- OpenAI Responses (Codex)
+
+_RESPONSES_ROLES = {"user": "user", "assistant": "assistant", "system": "system"}
+# Chat templates of open models know system/user/assistant/tool; a Responses
+# "developer" message is an instruction from the harness, so it goes in as system.
+_RESPONSES_ROLES["developer"] = "system"
+
+
+def _responses_text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise DialectError(f"{where}: content must be a string or a list of parts")
+    parts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+            parts.append(str(part.get("text", "")))
+        else:
+            raise DialectError(
+                f"{where}: content part type {kind!r} is not supported by the gateway "
+                "(input_text and output_text are)"
+            )
+    return "".join(parts)
+
+
+def responses_to_openai(body: dict) -> dict:
+    """An OpenAI Responses request (Codex) as the equivalent chat-completions request."""
+    messages: list[dict] = []
+    if body.get("instructions"):
+        messages.append({"role": "system", "content": str(body["instructions"])})
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise DialectError("request has no 'input' (a string or a list of items)")
+    reasoning: list[str] = []
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise DialectError(f"{where}: an item is not an object")
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = _RESPONSES_ROLES.get(item.get("role"))
+            if role is None:
+                raise DialectError(f"{where}: role {item.get('role')!r} is not supported")
+            msg: dict[str, Any] = {
+                "role": role,
+                "content": _responses_text(item.get("content"), where),
+            }
+            if role == "assistant" and reasoning:
+                msg["reasoning_content"], reasoning = "".join(reasoning), []
+            messages.append(msg)
+        elif kind == "reasoning":
+            summary = item.get("content") or item.get("summary") or []
+            reasoning.append(_responses_text(summary, where))
+        elif kind in ("function_call", "custom_tool_call"):
+            arguments = item.get("arguments") if kind == "function_call" else item.get("input")
+            call = {
+                "id": item.get("call_id") or item.get("id"),
+                "type": "function",
+                "function": {"name": item.get("name", ""), "arguments": arguments or ""},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":  # parallel calls: one turn
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                msg = {"role": "assistant", "content": "", "tool_calls": [call]}
+                if reasoning:
+                    msg["reasoning_content"], reasoning = "".join(reasoning), []
+                messages.append(msg)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            output = item.get("output")
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item.get("call_id", ""),
+                    "content": output
+                    if isinstance(output, str)
+                    else _responses_text(output, where),
+                }
+            )
+        else:
+            raise DialectError(
+                f"{where}: item type {kind!r} is not supported by the gateway (message, "
+                "reasoning, function_call, function_call_output, custom_tool_call are)"
+            )
+    out: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    if body.get("max_output_tokens") is not None:
+        out["max_tokens"] = body["max_output_tokens"]
+    for name in ("temperature", "top_p", "parallel_tool_calls"):
+        if body.get(name) is not None:
+            out[name] = body[name]
+    tools = []
+    for t in body.get("tools") or []:
+        if not isinstance(t, dict) or t.get("type") != "function":
+            raise DialectError(
+                f"tool type {t.get('type') if isinstance(t, dict) else t!r} is not supported by "
+                "the gateway (function tools are): configure the harness for function tools"
+            )
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t.get("description", ""),
+                    "parameters": t.get("parameters") or {"type": "object"},
+                },
+            }
+        )
+    if tools:
+        out["tools"] = tools
+    choice = body.get("tool_choice")
+    if isinstance(choice, str):
+        out["tool_choice"] = choice
+    elif isinstance(choice, dict) and choice.get("type") == "function":
+        out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+    return out
+
+
+def openai_to_responses(response: dict, model: str | None) -> dict:
+    """The engine's chat-completions response as an OpenAI Responses object."""
+    choice = response["choices"][0]
+    message = choice.get("message") or {}
+    rid = str(response.get("id") or uuid.uuid4().hex)
+    output: list[dict] = []
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if reasoning:
+        output.append(
+            {
+                "id": f"rs_{rid}",
+                "type": "reasoning",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": reasoning}],
+            }
+        )
+    if message.get("content"):
+        output.append(
+            {
+                "id": f"msg_{rid}",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": message["content"], "annotations": []}],
+            }
+        )
+    for i, call in enumerate(message.get("tool_calls") or []):
+        fn = call.get("function") or {}
+        output.append(
+            {
+                "id": f"fc_{rid}_{i}",
+                "type": "function_call",
+                "status": "completed",
+                "call_id": call.get("id"),
+                "name": fn.get("name"),
+                "arguments": fn.get("arguments") or "",
+            }
+        )
+    usage = response.get("usage") or {}
+    truncated = choice.get("finish_reason") == "length"
+    return {
+        "id": f"resp_{rid}",
+        "object": "response",
+        "created_at": response.get("created") or int(time.time()),
+        "status": "incomplete" if truncated else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
+        "model": model or response.get("model"),
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": int(usage.get("prompt_tokens") or 0),
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": int(usage.get("completion_tokens") or 0),
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": int(usage.get("prompt_tokens") or 0)
+            + int(usage.get("completion_tokens") or 0),
+        },
+    }
+
+
+def responses_sse(resp: dict) -> list[bytes]:
+    """A whole Responses object as the Responses streaming events, in their order."""
+    seq = iter(range(1_000_000))
+
+    def event(kind: str, **data: Any) -> bytes:
+        return _sse({"type": kind, "sequence_number": next(seq), **data}, kind)
+
+    pending = {**resp, "status": "in_progress", "output": [], "usage": None}
+    events = [event("response.created", response=pending)]
+    events.append(event("response.in_progress", response=pending))
+    for index, item in enumerate(resp["output"]):
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            empty_part = {"type": "output_text", "text": "", "annotations": []}
+            events.append(
+                event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "content": []},
+                )
+            )
+            ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            events.append(event("response.content_part.added", **ids, part=empty_part))
+            events.append(event("response.output_text.delta", **ids, delta=text, logprobs=[]))
+            events.append(event("response.output_text.done", **ids, text=text, logprobs=[]))
+            events.append(event("response.content_part.done", **ids, part=item["content"][0]))
+        elif item["type"] == "function_call":
+            events.append(
+                event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "arguments": ""},
+                )
+            )
+            ids = {"item_id": item["id"], "output_index": index}
+            events.append(
+                event("response.function_call_arguments.delta", **ids, delta=item["arguments"])
+            )
+            events.append(
+                event("response.function_call_arguments.done", **ids, arguments=item["arguments"])
+            )
+        else:
+            events.append(event("response.output_item.added", output_index=index, item=item))
+        events.append(event("response.output_item.done", output_index=index, item=item))
+    final = "response.incomplete" if resp["status"] == "incomplete" else "response.completed"
+    events.append(event(final, response=resp))
+    return events

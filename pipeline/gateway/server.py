@@ -41,6 +41,9 @@ from pipeline.gateway.dialects import (
     anthropic_to_openai,
     openai_sse,
     openai_to_anthropic,
+    openai_to_responses,
+    responses_sse,
+    responses_to_openai,
 )
 from pipeline.gateway.judging import JudgeFailed, LoopJudge
 from pipeline.gateway.recorder import Recorder, check_id
@@ -113,6 +116,8 @@ class Gateway:
             app.router.add_post(prefix + "/v1/chat/completions", self.chat_completions)
             app.router.add_post(prefix + "/chat/completions", self.chat_completions)
             app.router.add_post(prefix + "/v1/messages", self.messages)
+            app.router.add_post(prefix + "/v1/responses", self.responses)
+            app.router.add_post(prefix + "/responses", self.responses)
             app.router.add_post(prefix + "/v1/messages/count_tokens", self.count_tokens)
             app.router.add_get(prefix + "/v1/models", self.models)
         app.router.add_post("/s/{task_id}/{rollout_id}/reward", self.reward)
@@ -179,6 +184,9 @@ class Gateway:
     async def messages(self, request: web.Request) -> web.StreamResponse:
         return await self._call(request, "anthropic")
 
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._call(request, "responses")
+
     # ------------------------------------------------------------------ one call
 
     async def _call(self, request: web.Request, dialect: str) -> web.StreamResponse:
@@ -188,7 +196,8 @@ class Gateway:
             body = await request.json(loads=orjson.loads)
             if not isinstance(body, dict):
                 raise DialectError("the request body must be a JSON object")
-            upstream_body = anthropic_to_openai(body) if dialect == "anthropic" else dict(body)
+            translate = {"anthropic": anthropic_to_openai, "responses": responses_to_openai}
+            upstream_body = translate[dialect](body) if dialect in translate else dict(body)
         except (ValueError, DialectError) as exc:
             return _error(400, str(exc), dialect)
         stream = bool(body.get("stream"))
@@ -236,6 +245,11 @@ class Gateway:
             session.previous = [_norm(m) for m in messages] + [_norm(final)]
             self.stats["calls"] += 1
         answer = _strip_added(executed, asked)
+        if dialect == "responses":
+            resp = openai_to_responses(answer, body.get("model"))
+            if stream:
+                return await _stream(request, responses_sse(resp))
+            return web.json_response(resp, dumps=_dumps)
         if dialect == "anthropic":
             message = openai_to_anthropic(answer, body.get("model"))
             if stream:

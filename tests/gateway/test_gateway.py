@@ -428,3 +428,69 @@ def test_a_restarted_gateway_continues_its_sessions(tmp_path, model_server, star
     out, result = _build(tmp_path, second.out, rewards=_rewards(tmp_path, "long"))
     rows = _rows(out)
     assert len(rows) == 1 and rows[0]["num_calls"] == 2
+
+
+def test_responses_api_client_with_function_calls_streaming_and_not(
+    tmp_path, model_server, start_gateway
+):
+    """Codex's dialect: OpenAI Responses, function tools, streamed and not."""
+    gw = start_gateway(model_server.url)
+    client = openai.OpenAI(base_url=gw.base("t", "codex") + "/v1", api_key="none")
+    tools = [
+        {
+            "type": "function",
+            "name": "shell",
+            "description": "Run a command",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        }
+    ]
+    call = json.dumps({"name": "shell", "arguments": {"command": "ls"}})
+    model_server.script.append(f"<tool_call>\n{call}\n</tool_call>")
+    first = client.responses.create(
+        model="tiny", instructions=SYSTEM, input="List the files.", tools=tools
+    )
+    fc = next(o for o in first.output if o.type == "function_call")
+    assert (fc.name, json.loads(fc.arguments)) == ("shell", {"command": "ls"})
+    follow = [
+        {"type": "message", "role": "user", "content": "List the files."},
+        {
+            "type": "function_call",
+            "call_id": fc.call_id,
+            "name": fc.name,
+            "arguments": fc.arguments,
+        },
+        {"type": "function_call_output", "call_id": fc.call_id, "output": "bug.py"},
+    ]
+    events = list(
+        client.responses.create(
+            model="tiny", instructions=SYSTEM, input=follow, tools=tools, stream=True
+        )
+    )
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert events[-1].response.output_text == model_server.produced[-1].text
+    calls = [json.loads(x) for x in (gw.out / "calls" / "codex.jsonl").read_text().splitlines()]
+    assert calls[1]["seam"]["extends_previous"] is True
+    assert [m["role"] for m in calls[1]["request"]["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+    ]
+    out, result = _build(tmp_path, gw.out, rewards=_rewards(tmp_path, "codex"))
+    rows = _rows(out)
+    assert len(rows) == 1
+    produced = model_server.produced
+    assert _trained_ids(rows[0]) == produced[0].output_ids + produced[1].output_ids
+
+
+def test_responses_items_the_gateway_cannot_translate_are_refused_with_the_reason(
+    model_server, start_gateway
+):
+    gw = start_gateway(model_server.url)
+    reply = requests.post(
+        gw.base("t", "r") + "/v1/responses",
+        json={"model": "tiny", "input": [{"type": "web_search_call", "id": "ws_1"}]},
+    )
+    assert reply.status_code == 400
+    assert "web_search_call" in reply.json()["error"]["message"]
+    assert not (gw.out / "calls" / "r.jsonl").exists()
