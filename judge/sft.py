@@ -8,7 +8,9 @@ in. Per rollout, inside the build's workers (``TaskStage``):
 2. trim a last call left waiting for its tool result (a transcript saved mid-tool;
    counted as ``trimmed_dangling_calls``), then run the filters; a filtered rollout goes
    to quarantine as ``filtered (REASON): ...`` and is counted by reason, so
-   ``read = accepted + quarantined`` still holds;
+   ``read = accepted + quarantined`` still holds; with ``--synthesize-summary-calls``,
+   add a summary call before each harness-inserted summary whose history is complete
+   (``synthesize.py``; counted as ``synthesized_summary_calls``);
 3. after segmenting and masking (the same rows as RL), drop over-length segments and
    add the SFT columns: ``messages``, ``corrections``, ``summary_audit``;
 4. collect one preference pair per attached correction: the call's context (what the
@@ -34,6 +36,7 @@ import pyarrow.parquet as pq
 from judge.attach import CorrectionsFile, attach, executed_output_text
 from judge.audit import SUMMARY_AUDIT, audit_rollout
 from judge.filters import FilterOptions, over_length, rollout_filter, trim_dangling_call
+from judge.synthesize import synthesize_summary_calls
 from pipeline.render import template_message
 from pipeline.segment import replay
 from schemas.rollout import Rollout
@@ -96,6 +99,7 @@ class SftStage:
 
     corrections_file: str | None = None
     filters: FilterOptions = field(default_factory=FilterOptions)
+    synthesize_prompt: str | None = None  # the prompt text of --synthesize-summary-calls
 
     extra_fields = [
         pa.field(name, dtype, nullable=False, metadata={"doc": doc})
@@ -107,7 +111,10 @@ class SftStage:
         from pipeline.write import file_sha256
 
         digest = file_sha256(Path(self.corrections_file)) if self.corrections_file else None
-        return {"filters": self.filters.__dict__, "corrections_sha256": digest}
+        found = {"filters": self.filters.__dict__, "corrections_sha256": digest}
+        if self.synthesize_prompt is not None:  # in the manifest: what verify re-applies
+            found["synthesize_summary_calls"] = {"prompt": self.synthesize_prompt}
+        return found
 
     def open_task(self, out: str, task_index: int) -> TaskStage:
         return TaskStage(self, _side_paths(out, task_index), _corrections(self.corrections_file))
@@ -183,6 +190,9 @@ class TaskStage:
             reason, detail = dropped
             self.counts[f"filtered_{reason}"] += 1
             return None, f"filtered ({reason}): {detail}", entries
+        if self.stage.synthesize_prompt is not None:
+            attached, added = synthesize_summary_calls(attached, self.stage.synthesize_prompt)
+            self.counts["synthesized_summary_calls"] += added
         return attached, None, entries
 
     def keep_segment(self, num_tokens: int) -> bool:
@@ -230,6 +240,18 @@ class TaskStage:
         )
         _atomic(claimed_path, lambda tmp: Path(tmp).write_text(json.dumps(sorted(self.claimed))))
         return dict(self.counts)
+
+
+def rollout_as_built(rollout: Rollout, stage_config: dict) -> Rollout:
+    """The rollout as an SFT build with ``stage_config`` (its manifest's ``config.stage``)
+    turned it into rows — dangling last call trimmed, summary calls synthesized — for
+    ``seam verify``, which replays the inputs."""
+    trimmed = trim_dangling_call(rollout)
+    rollout = trimmed if trimmed is not None else rollout
+    synth = stage_config.get("synthesize_summary_calls")
+    if synth:
+        rollout, _ = synthesize_summary_calls(rollout, synth["prompt"])
+    return rollout
 
 
 def _audits_by_segment(audits, segments) -> dict[int, list[dict]]:

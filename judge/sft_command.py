@@ -24,8 +24,23 @@ def run_build_sft(args) -> int:
         resolved_only=args.resolved_only,
         max_tokens=args.max_tokens,
     )
+    prompt = None
+    if args.synthesize_summary_calls is not None:
+        from judge.synthesize import load_prompt
+
+        given = (
+            None if args.synthesize_summary_calls == "default" else args.synthesize_summary_calls
+        )
+        if given is not None and not Path(given).is_file():
+            raise UsageError(f"--synthesize-summary-calls {given}: no such file")
+        try:
+            prompt = load_prompt(given)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     config = config_from_args(args, "sft")
-    config.stage = SftStage(corrections_file=args.corrections, filters=filters)
+    config.stage = SftStage(
+        corrections_file=args.corrections, filters=filters, synthesize_prompt=prompt
+    )
     status = run_configured_build(config, "seam build-sft", args.verify)
     print_sft_counts(json.loads((Path(args.out) / "manifest.json").read_text())["counts"])
     return status
@@ -40,7 +55,9 @@ def print_sft_counts(counts: dict) -> None:
     table.add_column("what")
     table.add_column("count", justify="right")
     for key in sorted(counts):
-        if key.startswith(("corrections_", "filtered_", "trimmed_")) or key == "preference_pairs":
+        if key.startswith(("corrections_", "filtered_", "trimmed_", "synthesized_")) or key == (
+            "preference_pairs"
+        ):
             table.add_row(key.replace("_", " "), f"{counts[key]:,}")
     Console().print(table)
 
@@ -91,5 +108,17 @@ def register_build_sft(sub) -> None:
         "--keep-off-task",
         action="store_true",
         help="Turn off the off-task filter (first calls after compaction only touch files never seen before).",
+    )
+    p.add_argument(
+        "--synthesize-summary-calls",
+        nargs="?",
+        const="default",
+        metavar="PROMPT_FILE",
+        help="For harness logs whose summaries are not calls (Claude Code): add a summary call "
+        "before each compaction with complete history — the context at the boundary plus the "
+        "summary prompt (judge/prompts/summary_call.txt, or PROMPT_FILE; the user's /compact "
+        "instructions appended) → the summary without its wrapper. Distillation, not on-policy "
+        "data; flagged synthesized_summary_call in context_fidelity and counted in the manifest. "
+        "Off by default. See docs/sft.md.",
     )
     p.set_defaults(func=run_build_sft)

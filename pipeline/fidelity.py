@@ -43,6 +43,9 @@ COUNT_PREFIX = "fidelity_"
 
 FIDELITY_KEY = "fidelity"
 OPAQUE_KEY = "opaque"
+# On a call seam wrote rather than the log (e.g. judge/synthesize.py's summary calls): the
+# reason, given to the segments whose spans hold that call.
+SYNTHESIZED_KEY = "synthesized_call"
 # The reason an opaque item gives the segments that see it, by its kind (meta["opaque"]);
 # any other kind is an opaque summary.
 OPAQUE_REASONS = {"web_search_results": "opaque_tool_result"}
@@ -97,10 +100,11 @@ def segment_fidelity(rollout: Rollout, segments: Sequence[Segment]) -> list[list
     after that event (a segment's tokens are its last call's input and output); one
     without (or with an id not in the rollout) applies to every segment. A segment whose
     last call's context holds an opaque item gets ``opaque_summary`` (or the reason
-    ``OPAQUE_REASONS`` gives its kind).
+    ``OPAQUE_REASONS`` gives its kind); one that holds a call seam synthesized gets that
+    call's ``meta.synthesized_call`` reason.
     """
     found = entries(rollout)
-    if not found and not _has_opaque(rollout):
+    if not found and not _has_opaque(rollout) and not _has_synthesized(rollout):
         return [[EXACT] for _ in segments]  # the common case: no second replay
     calls: list[CallView] = replay(rollout)
     where = _positions(rollout)
@@ -120,8 +124,17 @@ def segment_fidelity(rollout: Rollout, segments: Sequence[Segment]) -> list[list
                 for m in calls[last].context
                 if OPAQUE_KEY in m.meta
             )
+        reasons.update(
+            str(calls[s.call_index].message.meta[SYNTHESIZED_KEY])
+            for s in seg.spans
+            if SYNTHESIZED_KEY in calls[s.call_index].message.meta
+        )
         result.append(sorted(reasons) or [EXACT])
     return result
+
+
+def _has_synthesized(rollout: Rollout) -> bool:
+    return any(isinstance(e, MessageEvent) and SYNTHESIZED_KEY in e.meta for e in rollout.events)
 
 
 def reported_input_tokens(rollout: Rollout, segment: Segment) -> list[int | None]:

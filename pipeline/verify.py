@@ -154,6 +154,10 @@ def verify_build(
         else:
             # Duplicate ids: the k-th group of rows of an id is the k-th accepted rollout.
             rollout = candidates.pop(0)
+            if manifest.get("kind") == "sft":  # the SFT stage trims and may synthesize calls
+                from judge.sft import rollout_as_built
+
+                rollout = rollout_as_built(rollout, config.get("stage") or {})
             try:
                 found = _RolloutCheck(rollout, renderer, options).run(group)
             except TemplateError as exc:  # the build rendered it, so this is a mismatch too
