@@ -11,7 +11,7 @@ def run(args) -> int:
 
     try:
         result = export_build(
-            args.dir, args.to, args.out, args.mode, args.tokenizer, args.overwrite
+            args.dir, args.to, args.out, args.mode, args.tokenizer, args.overwrite, args.max_length
         )
     except (ExportError, TokenizerError) as exc:
         raise UsageError(str(exc)) from None
@@ -19,6 +19,17 @@ def run(args) -> int:
     print(
         f"exported {result.rows:,} segment(s) for {what} to {result.out}: {', '.join(result.files)}, README.md"
     )
+    if args.max_length:
+        print(
+            f"--max-length {args.max_length}: left out {result.dropped_rows:,} segment(s) longer than "
+            f"that ({result.dropped_trainable_tokens:,} trainable tokens)"
+        )
+    print("rows and trainable tokens kept at each maximum length (rows longer are left out):")
+    for r in result.lengths:
+        print(
+            f"  {r['max_length']:>7,}: {r['rows']:>8,} rows ({r['rows_share']:6.1%})  "
+            f"{r['trainable_tokens']:>12,} trainable tokens ({r['trainable_share']:6.1%})"
+        )
     return 0
 
 
@@ -50,6 +61,13 @@ def register(sub) -> None:
         default=None,
         help="verl only: the build's tokenizer directory when the one recorded in manifest.json is gone "
         "('qwen2.5' for the built-in one). Used to decode the prompt text; checked against the manifest.",
+    )
+    p.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="Leave out segments longer than this many tokens (counted in the output, export.json "
+        "and README; never silently). Set the trainer's own maximum length to the same value.",
     )
     p.add_argument("--overwrite", action="store_true", help="Replace an earlier export in --out.")
     p.set_defaults(func=run)

@@ -1,7 +1,11 @@
 """``seam export``: a build directory in the layout another trainer loads.
 
 Targets (one module each): ``trl`` (SFT or GRPO columns, Parquet), ``verl`` (RL dataset
-Parquet with agent-loop token fields), ``slime`` (``Sample`` dicts, JSON lines). Shards
+Parquet with agent-loop token fields), ``slime`` (``Sample`` dicts, JSON lines, and the
+``rollout_0.pt`` that slime's ``--load-debug-rollout-data`` loads). ``max_length`` leaves
+out rows longer than it, counted (rows, trainable tokens) in ``export.json``, the README
+and the command's output, next to what each common cutoff would keep
+(``lengths.py``). Shards
 are converted one at a time (memory: one shard), in build order, and written under a
 temporary name, then renamed. ``export.json`` (written last) names the source build and
 the files, so a rerun with ``overwrite`` removes exactly what an earlier export wrote.
@@ -14,10 +18,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.card import card_header
-from pipeline.export import slime, trl, verl
+from pipeline.export import lengths, slime, trl, verl
 
 TARGETS = ("trl", "verl", "slime")
 MARKER = "export.json"
@@ -34,6 +41,9 @@ class ExportResult:
     mode: str | None
     rows: int
     files: list[str]
+    dropped_rows: int = 0
+    dropped_trainable_tokens: int = 0
+    lengths: list | None = None
 
 
 def export_build(
@@ -43,6 +53,7 @@ def export_build(
     mode: str | None = None,
     tokenizer: str | None = None,
     overwrite: bool = False,
+    max_length: int | None = None,
 ) -> ExportResult:
     build, out = Path(build_dir), Path(out)
     manifest_path = build / "manifest.json"
@@ -53,6 +64,8 @@ def export_build(
         raise ExportError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     if mode is not None and target != "trl":
         raise ExportError("--mode only applies to --to trl")
+    if max_length is not None and max_length < 1:
+        raise ExportError("--max-length must be a positive number of tokens")
     if tokenizer is not None and target != "verl":
         raise ExportError("--tokenizer only applies to --to verl")
     if target == "trl":
@@ -66,14 +79,28 @@ def export_build(
             f"{build}: shard(s) listed in manifest.json are missing: {', '.join(missing[:3])}; rebuild it"
         )
     decoder = _decoder(manifest, tokenizer) if target == "verl" else None
-    _prepare(out, overwrite)
-    rows = sum(pq.read_metadata(s).num_rows for s in shards)
     if target == "slime":
-        files = [_write_slime(shards, out)]
+        _slime_torch()
+    _prepare(out, overwrite)
+    tokens, trainable = lengths.row_lengths(shards)
+    table = lengths.length_table(tokens, trainable, extra=max_length)
+    over = tokens > max_length if max_length else np.zeros(len(tokens), bool)
+    dropped, dropped_trainable = int(over.sum()), int(trainable[over].sum())
+    rows = len(tokens) - dropped
+    if target == "slime":
+        files = _write_slime(shards, out, max_length)
         schema = None
     else:
-        files, schema = _write_parquet(shards, out, target, mode, decoder)
-    _write_text(out / "README.md", _readme(build, target, mode, rows, schema))
+        files, schema = _write_parquet(shards, out, target, mode, decoder, max_length)
+    lines = lengths.markdown(table, len(tokens), int(trainable.sum()))
+    kept = (
+        f"--max-length {max_length}: left out {dropped:,} row(s) longer than that, "
+        f"{dropped_trainable:,} of {int(trainable.sum()):,} trainable tokens."
+        if max_length
+        else "No --max-length: every row is here; set your trainer's maximum length from the "
+        "table below (rows longer than it are cut or dropped by the trainer)."
+    )
+    _write_text(out / "README.md", _readme(build, target, mode, rows, schema, [kept, "", *lines]))
     _write_text(
         out / MARKER,
         json.dumps(
@@ -83,6 +110,9 @@ def export_build(
                 "mode": mode,
                 "rows": rows,
                 "files": files,
+                "max_length": max_length,
+                "dropped_over_max_length": {"rows": dropped, "trainable_tokens": dropped_trainable},
+                "lengths": table,
                 "source_shard_sha256": manifest["shard_sha256"],
             },
             indent=2,
@@ -90,7 +120,23 @@ def export_build(
         )
         + "\n",
     )
-    return ExportResult(out, target, mode, rows, files)
+    return ExportResult(out, target, mode, rows, files, dropped, dropped_trainable, table)
+
+
+def _within(shard: pa.Table, max_length: int | None) -> pa.Table:
+    if max_length is None:
+        return shard
+    return shard.filter(pc.less_equal(shard["num_tokens"], max_length))
+
+
+def _slime_torch():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ExportError(
+            "--to slime writes rollout_0.pt with torch.save (slime's --load-debug-rollout-data "
+            "reads it with torch.load): pip install torch"
+        ) from None
 
 
 def _decoder(manifest: dict, spec: str | None):
@@ -129,10 +175,12 @@ def _prepare(out: Path, overwrite: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _write_parquet(shards: list[Path], out: Path, target: str, mode: str | None, decoder):
+def _write_parquet(
+    shards: list[Path], out: Path, target: str, mode: str | None, decoder, max_length
+):
     files, schema, index = [], None, 0
     for shard_path in shards:
-        shard = pq.read_table(shard_path)
+        shard = _within(pq.read_table(shard_path), max_length)
         if target == "trl":
             table = trl.sft_table(shard) if mode == "sft" else trl.grpo_table(shard)
         else:
@@ -146,15 +194,24 @@ def _write_parquet(shards: list[Path], out: Path, target: str, mode: str | None,
     return files, schema
 
 
-def _write_slime(shards: list[Path], out: Path) -> str:
-    name = "samples.jsonl"
+def _write_slime(shards: list[Path], out: Path, max_length) -> list[str]:
+    """``samples.jsonl`` and ``rollout_0.pt``: ``{"rollout_id": 0, "samples": [...]}``,
+    what slime's ``--load-debug-rollout-data DIR/rollout_{rollout_id}.pt`` loads with
+    ``torch.load(path.format(rollout_id=0), weights_only=False)["samples"]``."""
+    import torch
+
+    name, pt = "samples.jsonl", "rollout_0.pt"
     tmp = out / f".{name}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as fh:
         writer = slime.SampleWriter(fh)
         for shard_path in shards:
-            writer.write(pq.read_table(shard_path))
+            writer.write(_within(pq.read_table(shard_path), max_length))
+    samples = [json.loads(line) for line in tmp.read_text(encoding="utf-8").splitlines()]
+    tmp_pt = out / f".{pt}.tmp{os.getpid()}"
+    torch.save({"rollout_id": 0, "samples": samples}, tmp_pt)
     os.replace(tmp, out / name)
-    return name
+    os.replace(tmp_pt, out / pt)
+    return [name, pt]
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -186,13 +243,14 @@ LOADING = {
     (
         "slime",
         None,
-    ): "`samples.jsonl`: one `Sample.to_dict()` per line. For `--load-debug-rollout-data`: "
-    '`torch.save({"rollout_id": 0, "samples": [json.loads(l) for l in open("samples.jsonl")]}, '
-    '"rollout_0.pt")`.',
+    ): "`samples.jsonl`: one `Sample.to_dict()` per line; `rollout_0.pt`: the same samples as "
+    '`{"rollout_id": 0, "samples": [...]}`, what slime loads with '
+    "`--load-debug-rollout-data OUT/rollout_{rollout_id}.pt` (one rollout step; segments of a "
+    "rollout share `rollout_id`).",
 }
 
 
-def _readme(build: Path, target: str, mode: str | None, rows: int, schema) -> str:
+def _readme(build: Path, target: str, mode: str | None, rows: int, schema, length_lines) -> str:
     header = card_header(["seam", "export", target], list(schema)) if schema is not None else []
     title = f"# seam export for {target}" + (f" ({mode})" if mode else "")
     body = [
@@ -201,6 +259,10 @@ def _readme(build: Path, target: str, mode: str | None, rows: int, schema) -> st
         f"{rows:,} segments of the seam build `{build}` (its README.md documents them).",
         "",
         LOADING[(target, mode)],
+        "",
+        "## Lengths",
+        "",
+        *length_lines,
         "",
         'Details: docs/data.md, "Exports".',
         "",

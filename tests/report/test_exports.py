@@ -190,10 +190,13 @@ def test_slime_samples_load_and_siblings_share_their_rollout_id(rl_build, tmp_pa
     out = tmp_path / "slime"
     export_build(rl_build, "slime", out)
     lines = (out / "samples.jsonl").read_text().splitlines()
-    container = {
-        "rollout_id": 0,
-        "samples": [json.loads(line) for line in lines],
-    }  # --load-debug-rollout-data
+    # slime's loader: torch.load(args.load_debug_rollout_data.format(rollout_id=...),
+    # weights_only=False)["samples"], then Sample.from_dict (slime/ray/rollout.py).
+    torch = pytest.importorskip("torch")
+    template = str(out / "rollout_{rollout_id}.pt")
+    container = torch.load(template.format(rollout_id=0), weights_only=False)
+    assert container["rollout_id"] == 0
+    assert container["samples"] == [json.loads(line) for line in lines]
     samples = [Sample.from_dict(d) for d in container["samples"]]
     shard = shard_rows(rl_build)
     assert [s.index for s in samples] == list(range(len(shard)))
@@ -232,7 +235,12 @@ def test_export_overwrite_replaces_an_earlier_export(rl_build, tmp_path):
     with pytest.raises(ExportError, match="--overwrite"):
         export_build(rl_build, "trl", out)
     export_build(rl_build, "slime", out, overwrite=True)
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "export.json", "samples.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "README.md",
+        "export.json",
+        "rollout_0.pt",
+        "samples.jsonl",
+    ]
 
 
 def test_export_command_rejects_a_mode_for_other_targets(rl_build, tmp_path, capsys):
@@ -248,3 +256,46 @@ def test_export_command_rejects_a_mode_for_other_targets(rl_build, tmp_path, cap
 def test_sft_builds_export_for_trl_sft_by_default(sft_build, tmp_path):
     result = export_build(sft_build, "trl", tmp_path / "t")
     assert result.mode == "sft" and result.rows == len(shard_rows(sft_build))
+
+
+def test_max_length_leaves_out_longer_rows_and_says_how_many(rl_build, tmp_path, capsys):
+    shard = shard_rows(rl_build)
+    lengths = sorted(r["num_tokens"] for r in shard)
+    cutoff = lengths[len(lengths) // 2]
+    over = [r for r in shard if r["num_tokens"] > cutoff]
+    assert over, "the cutoff must leave something out"
+    out = tmp_path / "trl"
+    assert (
+        main(
+            ["export", str(rl_build), "--to", "trl", "--out", str(out), "--max-length", str(cutoff)]
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    dropped_trainable = sum(r["num_trainable_tokens"] for r in over)
+    assert (
+        f"left out {len(over)} segment(s) longer than that ({dropped_trainable} trainable"
+        in printed
+    )
+    rows = load_rows(out, tmp_path)
+    assert len(rows) == len(shard) - len(over)
+    assert all(len(r["prompt_ids"]) + len(r["completion_ids"]) <= cutoff for r in rows)
+    marker = json.loads((out / "export.json").read_text())
+    assert marker["dropped_over_max_length"] == {
+        "rows": len(over),
+        "trainable_tokens": dropped_trainable,
+    }
+    at_cutoff = next(x for x in marker["lengths"] if x["max_length"] == cutoff)
+    assert at_cutoff["rows"] == len(rows)
+    assert f"left out {len(over)} row(s)" in (out / "README.md").read_text()
+
+
+def test_length_table_counts_rows_and_trainable_tokens_per_cutoff():
+    from pipeline.export.lengths import length_table
+
+    table = length_table(np.array([500, 1500, 5000]), np.array([10, 30, 60]), cutoffs=(1024, 4096))
+    assert [(r["max_length"], r["rows"], r["trainable_tokens"]) for r in table] == [
+        (1024, 1, 10),
+        (4096, 2, 40),
+    ]
+    assert table[1]["trainable_share"] == pytest.approx(0.4)
