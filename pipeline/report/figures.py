@@ -17,13 +17,17 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, PercentFormatter
 
-from pipeline.standard_queries import AUDIT_RATES, PASS_RATE_BY_COMPACTIONS
+from pipeline.standard_queries import AUDIT_RATES
 
 # Scatter plots of very large builds sample this many segments (reproducibly).
 SCATTER_SAMPLE = 20_000
 TOP_REASONS = 12
+DPI = 200  # figures are 6.4 in wide: 1280 px, shown at 640 CSS px
+# Common trainer max_length settings, marked on the segment-length plot.
+MAX_LENGTH_CUTOFFS = (1024, 2048, 4096, 8192, 16384, 32768)
+WILSON_Z = 1.959964  # two-sided 95%
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,8 @@ class FigureSpec:
 def png_bytes(fig: Figure) -> bytes:
     buf = io.BytesIO()
     FigureCanvasAgg(fig)  # attach the Agg canvas: PNG rendering without pyplot or a GUI backend
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    # 2× pixels for the figure's CSS size: sharp on high-density screens and when zoomed.
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
     return buf.getvalue()
 
 
@@ -121,24 +126,70 @@ def trainable_vs_context(con):
     return fig
 
 
+def wilson_interval(passed: int, n: int, z: float = WILSON_Z) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (Wilson 1927; Brown, Cai & DasGupta
+    2001 recommend it for small n): with p̂ = passed/n,
+    ``(p̂ + z²/2n ± z·sqrt(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n)``. Unlike p̂ ± z·SE it stays
+    inside [0, 1] and is not empty at p̂ = 0 or 1."""
+    p = passed / n
+    denominator = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denominator
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, center - half), min(1.0, center + half)
+
+
 def pass_rate_by_compactions(con):
-    rows = con.execute(PASS_RATE_BY_COMPACTIONS.sql).fetchall()
+    rows = con.execute(
+        "SELECT num_compactions, count(*), sum(passed::INT) FROM rollouts GROUP BY 1 ORDER BY 1"
+    ).fetchall()
     if not rows:
         return None
-    compactions, rollouts, pass_rate = (
-        [r[0] for r in rows],
-        [r[1] for r in rows],
-        [r[2] for r in rows],
-    )
+    compactions = [r[0] for r in rows]
+    rate = [r[2] / r[1] for r in rows]
+    low, high = zip(*(wilson_interval(r[2], r[1]) for r in rows))
     fig = _bars(
         compactions,
-        pass_rate,
+        rate,
         "compactions in the rollout",
-        "pass rate",
+        "pass rate (95% Wilson interval)",
         counts=False,
-        annotate=[f"{p:.0%}\nn={n}" for p, n in zip(pass_rate, rollouts)],
+        annotate=[f"{p:.0%}\nn={r[1]}" for p, r in zip(rate, rows)],
     )
-    fig.axes[0].set_ylim(0, 1.15)
+    ax = fig.axes[0]
+    errors = [np.subtract(rate, low), np.subtract(high, rate)]
+    ax.errorbar(np.arange(len(rows)), rate, yerr=errors, fmt="none", ecolor="#222", capsize=4)
+    ax.set_ylim(0, 1.2)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    return fig
+
+
+def segment_lengths(con):
+    tokens = con.execute("SELECT num_tokens FROM segments").fetchnumpy()["num_tokens"]
+    if len(tokens) == 0:
+        return None
+    fig, ax = _figure()
+    top = max(int(tokens.max()), 2)
+    bins = np.geomspace(max(1, int(tokens.min())), top + 1, 40)
+    ax.hist(tokens, bins=bins, color="#4c72b0")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("segment tokens (num_tokens, log scale)")
+    ax.set_ylabel("segments")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    for cutoff in MAX_LENGTH_CUTOFFS:
+        if cutoff > top * 4:
+            break
+        over = float(np.mean(tokens > cutoff))
+        ax.axvline(cutoff, color="#c44e52", linestyle="--", linewidth=1)
+        ax.annotate(
+            f"{cutoff // 1024}k: {over:.0%} over",
+            (cutoff, 1),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize=7,
+            color="#c44e52",
+        )
     return fig
 
 
@@ -176,11 +227,16 @@ def seams_by_kind(con):
 
 
 def quarantine_reasons(con):
-    rows = con.execute(f"""SELECT record || ': ' || reason_kind, count(*) AS n FROM quarantine
-                           GROUP BY 1 ORDER BY n DESC, 1 LIMIT {TOP_REASONS}""").fetchall()
+    # One real reason names each group (the blanked reason_kind reads "summaries mN and mN
+    # are N% identical"); "+k similar" says how many other reasons share its kind.
+    rows = con.execute(f"""SELECT record || ': ' || min(reason), count(DISTINCT reason) - 1,
+                                  count(*) AS n
+                           FROM quarantine GROUP BY record, reason_kind
+                           ORDER BY n DESC, 1 LIMIT {TOP_REASONS}""").fetchall()
     if not rows:
         return None
-    return _bars([r[0] for r in rows], [r[1] for r in rows], "records", "", horizontal=True)
+    labels = [label + (f" (+{k} similar)" if k else "") for label, k, _ in rows]
+    return _bars(labels, [r[2] for r in rows], "records", "", horizontal=True)
 
 
 def correction_types(con):
@@ -213,7 +269,10 @@ def audit_rates(con):
         annotate=[f"{r[1]:.1%}" for r in rates],
         counts=False,
     )
-    fig.axes[0].set_xlim(0, 1.15)
+    # Rates are a few percent: scale the axis to them, not to 100%.
+    ax = fig.axes[0]
+    ax.set_xlim(0, max(0.01, max(r[1] for r in rates) * 1.3))
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0))
     return fig
 
 
@@ -241,9 +300,19 @@ FIGURES = [
         ("segments",),
     ),
     FigureSpec(
+        "segment_length",
+        "Segment length",
+        "Tokens per segment (a shard row), with the common trainer max_length cutoffs "
+        f"({', '.join(f'{c:,}' for c in MAX_LENGTH_CUTOFFS)}) and the share of segments longer "
+        "than each: a trainer truncates or drops those.",
+        segment_lengths,
+        ("segments",),
+    ),
+    FigureSpec(
         "pass_rate",
         "Pass rate by number of compactions",
-        "Share of rollouts that passed (resolved, else reward > 0), by how often they compacted; n = rollouts.",
+        "Share of rollouts that passed (resolved, else reward > 0), by how often they compacted; "
+        "n = rollouts; whiskers: 95% Wilson score interval.",
         pass_rate_by_compactions,
         ("rollouts",),
     ),

@@ -12,10 +12,13 @@ from html import escape
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 70rem; padding: 0 1rem; color: #222; }
+@media (max-width: 40rem) { body { margin: 1rem auto; padding: 0 0.5rem; } }
 h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
 code, pre { font-family: ui-monospace, monospace; font-size: 0.85rem; }
 pre { background: #f6f6f6; padding: 0.6rem; overflow-x: auto; }
-.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(30rem, 1fr)); gap: 1.5rem; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(30rem, 100%), 1fr)); gap: 1.5rem; }
+.scroll { overflow-x: auto; max-width: 100%; }
+h1, figcaption, td { overflow-wrap: anywhere; }
 figure { margin: 0; } figure img { width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.85rem; color: #555; }
 table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1rem; }
@@ -50,6 +53,7 @@ def render_page(
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
         _table(["what", "value"], facts),
@@ -79,7 +83,8 @@ def _plot(plot: Plot) -> str:
 def _table(columns: list[str], rows: list[tuple]) -> str:
     head = "".join(f"<th>{escape(str(c))}</th>" for c in columns)
     body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # Wide tables scroll inside their box instead of widening the page on a phone.
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _cell(value) -> str:

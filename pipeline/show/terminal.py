@@ -24,6 +24,7 @@ STYLE = {
     "call": "bold blue",
     "warn": "red",
 }
+LISTED = 12  # messages named per kept / dropped / added list (first and last halves)
 
 
 def header(view: RolloutView) -> str:
@@ -65,7 +66,11 @@ def rewrite_lines(seg: SegmentView, names: dict[str, str]) -> list[str]:
     lines = [f"rewrite: {rw.reason}{trigger}"]
     for what, ids in (("kept", rw.kept), ("dropped", rw.dropped), ("added", rw.added)):
         lines.append(f"  {what} {len(ids)} message(s)")
-        lines += [f"    {i}  {names.get(i, '')}".rstrip() for i in ids]
+        shown = ids if len(ids) <= LISTED else ids[: LISTED // 2] + ids[-LISTED // 2 :]
+        for n, i in enumerate(shown):
+            if len(ids) > LISTED and n == LISTED // 2:
+                lines.append(f"    … {len(ids) - LISTED} more")
+            lines.append(f"    {i}  {names.get(i, '')}".rstrip())
     return lines
 
 

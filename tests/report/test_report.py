@@ -18,6 +18,7 @@ RL_PLOTS = [
     "compactions",
     "summary_length",
     "tokens",
+    "segment_length",
     "pass_rate",
     "advantage",
     "seams",
