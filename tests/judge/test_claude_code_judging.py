@@ -258,3 +258,28 @@ def test_a_microcompaction_is_never_a_summary_even_if_it_inserts_a_message():
     )
     assert summary_of(micro) == ()
     assert summary_of(micro.model_copy(update={"meta": {}})) == (note,)
+
+
+@needs_real
+def test_real_slice_build_carries_the_audit_seam_audit_finds_in_the_raw_file(tmp_path):
+    from judge.commands import _audits_from_shards
+    from judge.sft import SftStage
+    from pipeline.build import BuildConfig, run_build
+
+    raw = REAL / "claude_code" / "entireio-cli_a6-e4c2a0fbd1_0_full.jsonl"
+    result = run_build(
+        BuildConfig(
+            inputs=[str(raw)],
+            out=str(tmp_path / "out"),
+            kind="sft",
+            workers=1,
+            progress=False,
+            stage=SftStage(None, FilterOptions()),
+        )
+    )
+    from_raw = [a.as_struct() for a in audit_rollout(only("claude-code", raw))]
+    from_shards = _audits_from_shards(result.out)
+    assert len(from_raw) == len(from_shards) == 1
+    assert from_shards[0]["message_id"] == from_raw[0]["message_id"]
+    assert from_shards[0]["history_complete"] is False  # a slice: invented paths not judged
+    assert from_shards[0]["invented_paths"] == []
