@@ -15,8 +15,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipeline.shard_schema import SHARD_SCHEMA
+from schemas.kinds import SeamKind
 
-SEAM_KINDS = {
+SEAM_KIND_MEANINGS: dict[SeamKind, str] = {
     "none": "first segment of a rollout",
     "compaction": "the context was replaced by a summary (budget, model or manual trigger)",
     "edit": "the agent or harness edited the context (deleted or replaced items)",
@@ -160,7 +161,7 @@ def write_card(out: Path, manifest: dict, extra_fields=()) -> None:
         "| kind | meaning | segments starting with it |",
         "|---|---|---|",
     ]
-    for kind, meaning in SEAM_KINDS.items():
+    for kind, meaning in SEAM_KIND_MEANINGS.items():
         lines.append(f"| `{kind}` | {meaning} | {manifest['seams'].get(kind, 0)} |")
     lines += ["", "## Columns", "", "| column | type | meaning |", "|---|---|---|"]
     for f in fields:

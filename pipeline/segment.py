@@ -19,6 +19,9 @@ Invariants (docs/design.md, "Seams and segments"):
   ``divergence`` when the call's input ids were logged (they do not extend the segment)
   and ``template`` when they were rendered (the template re-rendered history, e.g.
   dropped earlier reasoning).
+- The cut itself — extend, realign drift, or open a new segment — is decided on ids
+  alone in ``pipeline/seams.py``; this module replays the rollout and supplies each
+  call's ids (logged, or rendered through ``render.py``).
 - A segment's sequence is its last call's input plus that call's output; every call's
   output in it lies at a known span (``CallSpan``) and is trained exactly once, in the
   segment that generated it. A summary call closes its segment; in the next segment
@@ -27,13 +30,17 @@ Invariants (docs/design.md, "Seams and segments"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from pipeline.render import ChatRenderer, template_message
+from pipeline.seams import CallSpan, Segment, SegmentBuilder, extension
+from schemas.kinds import SeamKind
 from schemas.rollout import MessageEvent, RewriteEvent, Rollout
+
+__all__ = ["CallSpan", "CallView", "Segment", "Segmenter", "replay"]
 
 
 @dataclass(frozen=True)
@@ -44,77 +51,6 @@ class CallView:
     message: MessageEvent
     context: tuple[MessageEvent, ...]
     rewrite: RewriteEvent | None  # the first rewrite since the previous call, if any
-
-
-@dataclass
-class CallSpan:
-    call_index: int
-    kind: str
-    start: int
-    length: int
-    truncated: bool
-    logprobs: np.ndarray | None
-
-
-@dataclass
-class Segment:
-    tokens: np.ndarray
-    spans: list[CallSpan]
-    seam_kind: str
-    seam_trigger: str | None
-    drift_realigned: int
-
-
-@dataclass
-class _Builder:
-    """A segment under construction.
-
-    ``chunks`` is the training sequence. ``engine`` is what the inference engine's next
-    prompt must extend: the last call's input as the engine had it plus that call's
-    sampled output (it differs from ``chunks`` only after a drift was realigned, where
-    the engine re-tokenized an earlier output that the training sequence keeps as sampled).
-    """
-
-    seam_kind: str
-    seam_trigger: str | None
-    chunks: list[np.ndarray] = field(default_factory=list)
-    length: int = 0
-    spans: list[CallSpan] = field(default_factory=list)
-    drift_realigned: int = 0
-    engine: list[np.ndarray] = field(default_factory=list)
-    engine_output_start: int = 0
-    context_ids: list[str] = field(
-        default_factory=list
-    )  # message ids rendered so far (incremental mode)
-
-    def add(self, ids: np.ndarray) -> None:
-        if len(ids):
-            self.chunks.append(ids)
-            self.length += len(ids)
-
-    def add_output(self, ids: np.ndarray) -> None:
-        self.engine_output_start = sum(len(c) for c in self.engine)
-        self.engine.append(ids)
-        self.add(ids)
-
-    def tokens(self) -> np.ndarray:
-        self.chunks = [_joined(self.chunks)]
-        return self.chunks[0]
-
-    def engine_tokens(self) -> np.ndarray:
-        self.engine = [_joined(self.engine)]
-        return self.engine[0]
-
-    def finish(self) -> Segment:
-        return Segment(
-            self.tokens(), self.spans, self.seam_kind, self.seam_trigger, self.drift_realigned
-        )
-
-
-def _joined(chunks: list[np.ndarray]) -> np.ndarray:
-    if not chunks:
-        return np.zeros(0, dtype=np.int32)
-    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
 def replay(rollout: Rollout) -> list[CallView]:
@@ -157,7 +93,7 @@ class Segmenter:
         if self.r.incremental and any(c.message.prompt_ids is None for c in calls):
             pieces.prefetch(rollout, calls)
         done: list[Segment] = []
-        seg: _Builder | None = None
+        seg: SegmentBuilder | None = None
         prev: CallView | None = None
         prev_out: np.ndarray | None = None
         for call in calls:
@@ -174,19 +110,14 @@ class Segmenter:
                 else:
                     seg.add(tail)
             out = self._output(call, pieces)
-            seg.spans.append(
-                CallSpan(
-                    call.index,
-                    call.message.call_kind,
-                    seg.length,
-                    len(out),
-                    call.message.finish_reason == "length",
-                    np.asarray(call.message.logprobs, dtype=np.float32)
-                    if call.message.logprobs is not None
-                    else None,
-                )
+            logprobs = call.message.logprobs
+            seg.add_call(
+                call.index,
+                call.message.call_kind,
+                out,
+                call.message.finish_reason == "length",
+                None if logprobs is None else np.asarray(logprobs, dtype=np.float32),
             )
-            seg.add_output(out)
             if self.r.incremental and call.message.prompt_ids is None:
                 seg.context_ids = [m.id for m in call.context] + [call.message.id]
             else:
@@ -211,18 +142,14 @@ class Segmenter:
         return pieces.output(call)
 
     def _start(
-        self, call: CallView, pieces: _PieceCache, kind: str, trigger: str | None
-    ) -> _Builder:
-        seg = _Builder(kind, trigger)
-        prompt = self._prompt(call, pieces)
-        seg.add(prompt)
-        seg.engine = [prompt]
-        return seg
+        self, call: CallView, pieces: _PieceCache, kind: SeamKind, trigger: str | None
+    ) -> SegmentBuilder:
+        return SegmentBuilder.opened_by(self._prompt(call, pieces), kind, trigger)
 
     # -- does call i+1 extend the segment? ------------------------------------------------
     def _extension(
         self,
-        seg: _Builder,
+        seg: SegmentBuilder,
         prev: CallView,
         prev_out: np.ndarray,
         call: CallView,
@@ -253,56 +180,15 @@ class Segmenter:
                         tail,
                     ]
                     return tail
-        return self._extension_by_tokens(seg, self._prompt(call, pieces))
-
-    def _extension_by_tokens(self, seg: _Builder, prompt: np.ndarray) -> np.ndarray | None:
-        have = seg.engine_tokens()
-        n = len(have)
-        m = min(n, len(prompt))
-        diff = np.flatnonzero(prompt[:m] != have[:m])
-        first_mismatch = int(diff[0]) if len(diff) else m
-        if first_mismatch == n:
-            seg.engine = [prompt]
-            return prompt[n:]
-        # Drift is realigned only inside the last assistant turn (its generation prompt
-        # and output): a BPE merge across the prompt/output boundary is drift too.
-        if first_mismatch < seg.engine_output_start - len(self._generation_prompt_ids):
-            return None
-        consumed = _retokenized_length(
-            self.r, prompt[first_mismatch:], self.r.decode(have[first_mismatch:])
-        )
-        if consumed is None:
-            return None
-        seg.drift_realigned += 1
-        seg.engine = [prompt]
-        return prompt[first_mismatch + consumed :]
+        return extension(seg, self._prompt(call, pieces), self.r, len(self._generation_prompt_ids))
 
 
-def _unrewritten(call: CallView) -> str:
+def _unrewritten(call: CallView) -> SeamKind:
     """The kind of a seam no rewrite explains: ``divergence`` when the engine logged the
     call's input (the logged ids themselves stop extending the segment: a retry, a
     context the harness changed without saying so), else ``template`` (the chat
     template re-rendered history, e.g. dropped earlier reasoning)."""
     return "divergence" if call.message.prompt_ids is not None else "template"
-
-
-def _retokenized_length(r: ChatRenderer, tail: np.ndarray, text: str) -> int | None:
-    """How many tokens at the head of ``tail`` decode to exactly ``text`` (None if none).
-
-    Decoded length grows with the token count, so a binary search finds the candidate
-    in O(log n) decodes; the neighbours are checked because a token may end mid-character.
-    """
-    lo, hi = 0, len(tail)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if len(r.decode(tail[:mid])) < len(text):
-            lo = mid + 1
-        else:
-            hi = mid
-    for k in (lo, lo + 1, lo - 1, lo + 2):
-        if 0 < k <= len(tail) and r.decode(tail[:k]) == text:
-            return k
-    return None
 
 
 class _PieceCache:

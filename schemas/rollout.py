@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.correction import Correction
+from schemas.kinds import CallKind, RewriteReason
 
 SCHEMA_VERSION: Literal["1.0"] = "1.0"
 
@@ -63,7 +64,7 @@ class MessageEvent(_Strict):
         None, description="For role=tool: the call this result answers."
     )
     name: str | None = Field(None, description="For role=tool: the tool's name.")
-    kind: Literal["action", "summary"] | None = Field(
+    kind: CallKind | None = Field(
         None,
         description="For role=assistant: an action step or a compaction summary. Defaults to action.",
     )
@@ -117,11 +118,7 @@ class MessageEvent(_Strict):
         return self
 
     @property
-    def is_call(self) -> bool:
-        return self.role == "assistant"
-
-    @property
-    def call_kind(self) -> str:
+    def call_kind(self) -> CallKind:
         return self.kind or "action"
 
 
@@ -140,7 +137,7 @@ class RewriteEvent(_Strict):
 
     type: Literal["rewrite"] = "rewrite"
     id: str = Field(min_length=1)
-    reason: Literal["compaction", "edit", "truncation"]
+    reason: RewriteReason
     trigger: Literal["budget", "model", "manual"]
     context: list[ContextItem]
     meta: dict[str, Any] = Field(default_factory=dict)

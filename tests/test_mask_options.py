@@ -162,3 +162,18 @@ def test_build_rl_flags_reach_the_shards(renderer, rollouts_file, tmp_path):
     ]
     counts = json.loads((tmp_path / "dropped" / "manifest.json").read_text())["counts"]
     assert counts["dropped_truncated_segments"] == 1 and counts["segments"] == 3
+
+
+def test_logprobs_are_given_only_when_every_trained_call_logged_them(renderer):
+    rollout = three_call_rollout()
+    summary = rollout.calls()[1]
+    summary.output_ids = renderer.encode(SUMMARY).tolist()
+    summary.logprobs = [-0.5] * len(summary.output_ids)
+    first = Segmenter(renderer).segments(rollout)[0]
+    # The action before the summary logged none: the segment has no logprobs column...
+    assert mask_segment(first, MaskOptions(), renderer.eos_id, [False, True]).logprobs is None
+    # ...unless only the summary is trained, and then they sit exactly on its span.
+    last = mask_segment(first, MaskOptions(last_call_only=True), renderer.eos_id, [False, True])
+    span = first.spans[1]
+    assert last.logprobs is not None
+    assert last.logprobs.tolist() == [0.0] * span.start + [-0.5] * span.length

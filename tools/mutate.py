@@ -33,11 +33,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 # Target module → its fast tests (hand-checked first: most mutants die there quickly).
+PROPS = "tests/test_properties.py::"
 TARGETS: dict[str, list[str]] = {
     "pipeline/mask.py": [
         "tests/test_segments_hand_checked.py",
         "tests/test_mask_options.py",
-        "tests/test_properties.py",
+        PROPS + "test_decoding_the_masked_spans_gives_every_generated_output_exactly_once",
     ],
     "pipeline/segment.py": [
         "tests/test_segments_hand_checked.py",
@@ -47,13 +48,16 @@ TARGETS: dict[str, list[str]] = {
         "tests/test_incremental_rendering.py::test_a_template_that_renders_history_differently_is_rendered_in_full",
     ],
     "pipeline/rows.py": [
-        "tests/test_mask_options.py",
         "tests/test_rows.py",
+        "tests/test_mask_options.py",
         "tests/test_build.py::test_trainable_tokens_after_and_loss_weights_are_consistent",
         "tests/test_build.py::test_shards_load_unchanged_in_datasets_polars_and_duckdb",
     ],
     "pipeline/advantage.py": [
-        "tests/test_properties.py",
+        PROPS + "test_group_advantage_hand_computed",
+        PROPS + "test_group_advantages_sum_to_zero_over_rollouts_of_each_task",
+        PROPS + "test_trainable_tokens_after_counts_later_segments_only",
+        PROPS + "test_rollouts_without_outcome_get_zero_and_do_not_move_their_group",
         "tests/test_build.py::test_advantages_are_per_rollout_and_sum_to_zero_per_task",
         "tests/test_build.py::test_trainable_tokens_after_and_loss_weights_are_consistent",
     ],
@@ -266,6 +270,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", choices=sorted(TARGETS), help="target file")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--mutant", action="append", help="run only this mutant (as listed)")
     parser.add_argument("--timeout", type=int, default=180, help="seconds per mutant")
     args = parser.parse_args()
     os.chdir(ROOT)
@@ -281,17 +286,15 @@ def main() -> int:
     known = explained(ROOT / "docs" / "mutation.md")
     survivors, total, started = [], 0, time.monotonic()
     for path in targets:
-        found = mutants(path)
+        found = [m for m in mutants(path) if not args.mutant or m.key in args.mutant]
         killed = 0
-        for m in found:
+        for n, m in enumerate(found, 1):
             outcome = run(m, tests_of(path), args.timeout)
             if outcome == "survived":
                 survivors.append(m)
-                print(f"SURVIVED {m.key}", flush=True)
             else:
                 killed += 1
-                if outcome == "timeout":
-                    print(f"timeout  {m.key} (counted as killed)", flush=True)
+            print(f"[{n}/{len(found)}] {outcome:8} {m.key}", flush=True)
         total += len(found)
         print(f"{path}: {killed}/{len(found)} killed", flush=True)
     unexplained = [m for m in survivors if m.key not in known]

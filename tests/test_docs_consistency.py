@@ -1,4 +1,5 @@
-"""The design texts the code cites are in docs/, and every cited section exists."""
+"""Docs that the code and the README rely on stay in step with them: cited design
+sections exist, every seam kind is explained."""
 
 from __future__ import annotations
 
@@ -37,3 +38,13 @@ def test_the_design_texts_are_cited_where_they_now_live():
     for package in CODE:
         for path in sorted((ROOT / package).rglob("*.py")):
             assert not re.search(r"(?<!docs/)\b(DESIGN|SUMMARIES)\.md", path.read_text()), path
+
+
+def test_every_seam_kind_is_explained_in_the_dataset_card_and_the_readme():
+    from pipeline.card import SEAM_KIND_MEANINGS
+    from schemas.kinds import SEAM_KINDS
+
+    assert tuple(SEAM_KIND_MEANINGS) == SEAM_KINDS
+    readme = (ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `seam_kind`"))
+    assert all(f"`{kind}`" in row for kind in SEAM_KINDS), row

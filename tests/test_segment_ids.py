@@ -1,0 +1,134 @@
+"""The cut on plain token ids (``pipeline/seams.py``), the way SkyRL tests its merge of
+``prompt_token_ids`` and ``response_ids`` into one sequence with ``loss_masks``:
+hand-written ids in, exact sequences, spans and masks out. The decoder is the build's
+real tokenizer (ids below 256 are single bytes of Qwen2.5's byte-level vocabulary)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.mask import MaskOptions, mask_segment
+from pipeline.seams import TokenCall, segment_token_calls
+
+EOS = 151645  # <|im_end|>
+
+
+def cut(renderer, *calls: TokenCall, header: int = 0):
+    return segment_token_calls(calls, renderer, generation_prompt_length=header)
+
+
+def loss_mask(renderer, seg) -> list[int]:
+    masked = mask_segment(seg, MaskOptions(), renderer.eos_id, [True] * len(seg.spans))
+    return masked.loss_mask.tolist()
+
+
+def test_prompts_that_extend_the_sequence_merge_into_one_with_each_response_masked_in(renderer):
+    (seg,) = cut(
+        renderer,
+        TokenCall([1, 2, 3], [10, 11]),
+        TokenCall([1, 2, 3, 10, 11, 4, 5], [12, EOS]),
+    )
+    assert seg.tokens.tolist() == [1, 2, 3, 10, 11, 4, 5, 12, EOS]
+    assert loss_mask(renderer, seg) == [0, 0, 0, 1, 1, 0, 0, 1, 1]
+    assert [(s.call_index, s.start, s.length) for s in seg.spans] == [(0, 3, 2), (1, 7, 2)]
+    assert (seg.seam_kind, seg.drift_realigned) == ("none", 0)
+
+
+def test_a_prompt_that_changes_the_prefix_opens_a_new_sequence(renderer):
+    first, second = cut(
+        renderer,
+        TokenCall([1, 2, 3], [10, 11]),
+        TokenCall([1, 7, 8], [12], seam_kind="compaction", seam_trigger="budget"),
+        TokenCall([1, 7, 8, 12, 9], [13]),
+    )
+    assert first.tokens.tolist() == [1, 2, 3, 10, 11]
+    assert loss_mask(renderer, first) == [0, 0, 0, 1, 1]
+    assert second.tokens.tolist() == [1, 7, 8, 12, 9, 13]
+    assert loss_mask(renderer, second) == [0, 0, 0, 1, 0, 1]
+    assert (second.seam_kind, second.seam_trigger) == ("compaction", "budget")
+    assert [s.call_index for s in second.spans] == [1, 2]
+
+
+def test_a_prompt_that_stops_inside_the_sequence_is_a_seam(renderer):
+    # P2 = P1 ⊕ O1 minus its last id: a prefix, but it does not extend the sequence.
+    segments = cut(renderer, TokenCall([1, 2, 3], [10, 11]), TokenCall([1, 2, 3, 10], [12]))
+    assert [s.tokens.tolist() for s in segments] == [[1, 2, 3, 10, 11], [1, 2, 3, 10, 12]]
+    assert segments[1].seam_kind == "divergence"
+
+
+def test_a_retokenized_output_is_realigned_and_the_sampled_ids_are_kept(renderer):
+    sampled = renderer.encode("hel").tolist() + renderer.encode("lo world").tolist()
+    canonical = renderer.encode("hello world").tolist()
+    assert sampled != canonical and renderer.decode(sampled) == renderer.decode(canonical)
+    (seg,) = cut(
+        renderer,
+        TokenCall([1, 2], sampled, logprobs=[-0.5] * len(sampled)),
+        TokenCall([1, 2, *canonical, 4, 5], [12], logprobs=[-0.25]),
+    )
+    assert seg.tokens.tolist() == [1, 2, *sampled, 4, 5, 12]
+    assert seg.drift_realigned == 1
+    assert loss_mask(renderer, seg) == [0, 0] + [1] * len(sampled) + [0, 0, 1]
+    masked = mask_segment(seg, MaskOptions(), renderer.eos_id, [True, True])
+    assert masked.logprobs is not None
+    assert masked.logprobs.tolist() == [0, 0] + [-0.5] * len(sampled) + [0, 0, -0.25]
+
+
+def test_realigned_drift_is_compared_against_what_the_engine_saw_next(renderer):
+    """After a realignment the next prompt extends the engine's (re-tokenized) view, not
+    the training sequence that keeps the sampled ids: no second seam, no second drift."""
+    sampled = renderer.encode("hel").tolist() + renderer.encode("lo").tolist()
+    canonical = renderer.encode("hello").tolist()
+    p2 = [1, *canonical, 4]
+    (seg,) = cut(renderer, TokenCall([1], sampled), TokenCall(p2, [5]), TokenCall([*p2, 5, 6], [7]))
+    assert seg.tokens.tolist() == [1, *sampled, 4, 5, 6, 7]
+    assert seg.drift_realigned == 1
+
+
+def test_the_same_text_with_other_ids_before_the_last_turn_is_a_seam_not_drift(renderer):
+    split = renderer.encode("hel").tolist() + renderer.encode("lo").tolist()
+    whole = renderer.encode("hello").tolist()
+    segments = cut(
+        renderer,
+        TokenCall([1, *split, 2], [10, 11]),
+        TokenCall([1, *whole, 2, 10, 11, 3], [12]),
+    )
+    assert len(segments) == 2 and segments[1].seam_kind == "divergence"
+
+
+def test_drift_may_start_in_the_assistant_header_before_the_output(renderer):
+    # The header's last id and the output's first one merge into one id in the next prompt.
+    header_id, out = renderer.encode("\n").tolist(), renderer.encode("\nfoo").tolist()
+    merged = renderer.encode("\n\nfoo").tolist()
+    assert renderer.decode(header_id + out) == renderer.decode(merged)
+    assert merged != header_id + out
+    p1 = [1, *header_id]
+    calls = (TokenCall(p1, out), TokenCall([1, *merged, 4], [5]))
+    assert len(cut(renderer, *calls, header=0)) == 2
+    (seg,) = cut(renderer, *calls, header=len(header_id))
+    assert seg.tokens.tolist() == [1, *header_id, *out, 4, 5]
+    assert seg.drift_realigned == 1
+
+
+def test_different_text_in_the_last_turn_is_a_seam(renderer):
+    segments = cut(
+        renderer,
+        TokenCall([1], renderer.encode("hello").tolist()),
+        TokenCall([1, *renderer.encode("help").tolist(), 4], [5]),
+    )
+    assert [s.seam_kind for s in segments] == ["none", "divergence"]
+
+
+def test_spans_carry_kind_truncation_and_logprobs_of_each_call(renderer):
+    (seg,) = cut(
+        renderer,
+        TokenCall([1], [2, EOS], kind="summary", logprobs=[-1.0, -2.0]),
+        TokenCall([1, 2, EOS, 3], [4], truncated=True),
+    )
+    summary, cut_short = seg.spans
+    assert (summary.kind, summary.truncated) == ("summary", False)
+    assert np.allclose(summary.logprobs, [-1.0, -2.0])
+    assert (cut_short.kind, cut_short.truncated, cut_short.logprobs) == ("action", True, None)
+
+
+def test_no_calls_no_segments(renderer):
+    assert cut(renderer) == []
