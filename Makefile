@@ -12,7 +12,7 @@ export SEAM_REALWORLD_DIR ?= $(wildcard $(CURDIR)/../shared/realworld)
 
 SAMPLE := data/sample
 
-.PHONY: setup build-rl-shards build-sft test lint mutate bench fuzz report train-step clean
+.PHONY: setup build-rl-shards build-sft test test-trainers lint mutate bench fuzz report train-step clean
 
 # The main job needs only the core install (no torch); tests, training and benchmarks
 # add the train and dev extras (torch==2.13.0 CPU, hypothesis, Ray Data, ...).
@@ -40,6 +40,19 @@ build-sft: $(CORE)
 ## The test suite (hypothesis property tests included)
 test: $(STAMP)
 	$(BIN)/pytest --durations=15
+
+## The exports through the real TRL and verl, in their own virtualenv (verl pins transformers<5.11)
+TRAINERS := .venv-trainers
+$(TRAINERS)/.installed: pyproject.toml
+	test -x $(TRAINERS)/bin/python || $(PYTHON) -m venv $(TRAINERS)
+	$(TRAINERS)/bin/pip install -q --upgrade pip
+	$(TRAINERS)/bin/pip install -q torch==2.13.0
+	$(TRAINERS)/bin/pip install -q '.[trainers,dev]'
+	touch $@
+
+test-trainers: $(TRAINERS)/.installed
+	PYTHONPATH=$(CURDIR) $(TRAINERS)/bin/python -m pytest -q -p no:cacheprovider \
+		tests/report/test_with_trl.py tests/report/test_with_verl.py
 
 ## Style and types: ruff lint, ruff format check, mypy (config in pyproject.toml)
 lint: $(STAMP)

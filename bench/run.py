@@ -304,7 +304,7 @@ def bench_ray(sample, work: Path) -> dict:
     try:
         import ray  # noqa: F401
     except ImportError:
-        return {"skipped": "ray is not installed (pip install 'seam[ray]')"}
+        return {"skipped": "ray is not installed (pip install 'seam-rl[ray]')"}
     src = work / "ray.jsonl"
     write_canonical_jsonl(sample, src)
     local, _, _ = seam_build([src], work / "ray-local", 2)

@@ -90,19 +90,59 @@ def _yaml(value, indent: int) -> list[str]:
     return lines
 
 
-def card_header(tags: list[str], fields: list[pa.Field]) -> list[str]:
-    """The YAML front matter: shards, their exact features, tags (also used by exports)."""
+# Hub size buckets (``size_categories``), by number of rows.
+_SIZES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")]
+
+
+def size_category(rows: int) -> str:
+    return next(
+        (name for limit, name in _SIZES if rows < limit), "1M<n<10M" if rows < 10**7 else "n>10M"
+    )
+
+
+def card_header(
+    tags: list[str],
+    fields: list[pa.Field],
+    rows: int,
+    pretty_name: str,
+    pairs: bool = False,
+    data_files: str = "train-*.parquet",
+) -> list[str]:
+    """The YAML front matter (also used by exports): the configs (``default``: the shards;
+    ``pairs``: an SFT build's preference pairs, ``load_dataset(DIR, "pairs")``), the
+    default config's exact features and split size, and the Hub metadata. The license is
+    ``other``: the rows are the input rollouts' text, under whatever terms those have."""
     features = [{"name": f.name, **feature_yaml(f.type)} for f in fields]
-    return [
-        "---",
-        "configs:",
+    configs = [
         "- config_name: default",
         "  data_files:",
         "  - split: train",
-        '    path: "train-*.parquet"',
+        f'    path: "{data_files}"',
+    ]
+    if pairs:
+        configs += [
+            "- config_name: pairs",
+            "  data_files:",
+            "  - split: train",
+            '    path: "pairs/pairs-*.parquet"',
+        ]
+    return [
+        "---",
+        f"pretty_name: {pretty_name}",
+        "license: other",
+        "task_categories:",
+        "- reinforcement-learning",
+        "- text-generation",
+        "size_categories:",
+        f"- {size_category(rows)}",
+        "configs:",
+        *configs,
         "dataset_info:",
         "  features:",
         *_yaml(features, 2),
+        "  splits:",
+        "  - name: train",
+        f"    num_examples: {rows}",
         "tags:",
         *(f"- {tag}" for tag in tags),
         "---",
@@ -114,7 +154,13 @@ def write_card(out: Path, manifest: dict, extra_fields=()) -> None:
     fields = [*SHARD_SCHEMA, *extra_fields]
     build_dir = str(out)
     lines = [
-        *card_header(["seam", manifest["kind"]], fields),
+        *card_header(
+            ["seam", manifest["kind"]],
+            fields,
+            counts.get("segments", 0),
+            f"seam {manifest['kind'].upper()} segments",
+            pairs=manifest["kind"] == "sft",
+        ),
         "",
         f"# seam {manifest['kind'].upper()} shards",
         "",
@@ -171,11 +217,19 @@ def write_card(out: Path, manifest: dict, extra_fields=()) -> None:
         "",
         "Rejected records and why: `quarantine.jsonl`. Hashes of inputs and shards: `manifest.json`.",
         "",
+        "License: the rows are the text of the input rollouts, under the terms those rollouts "
+        "carry (hence `license: other`); seam itself is Apache-2.0.",
+        "",
         "## Use it",
         "",
         "```python",
         "from datasets import load_dataset",
-        f'segments = load_dataset("parquet", data_dir="{build_dir}", split="train")  # exact types, as above',
+        f'segments = load_dataset("{build_dir}", split="train")  # the card: exact types, as above',
+        *(
+            [f'pairs = load_dataset("{build_dir}", "pairs", split="train")  # preference pairs']
+            if manifest["kind"] == "sft"
+            else []
+        ),
         "```",
         "",
         "```",

@@ -7,7 +7,7 @@ import pytest
 from pipeline.build import BuildConfig, run_build
 from tests.test_build import _rows, sample_rollouts, write_rollouts  # noqa: F401  (fixture reuse)
 
-ray = pytest.importorskip("ray", reason="Ray Data is optional: pip install 'seam[ray]'")
+ray = pytest.importorskip("ray", reason="Ray Data is optional: pip install 'seam-rl[ray]'")
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """``seam train-step`` and ``seam make-tiny-model``.
 
-torch is an optional extra (``pip install 'seam[train]'``): nothing here imports it at
+torch is an optional extra (``pip install 'seam-rl[train]'``): nothing here imports it at
 module level, so ``seam --help`` works without it.
 """
 
@@ -33,7 +33,7 @@ def _require_torch():
         import torch
     except ImportError as exc:
         raise UsageError(
-            "torch is not installed: pip install 'seam[train]' (or torch itself)"
+            "torch is not installed: pip install 'seam-rl[train]' (or torch itself)"
         ) from exc
     return torch
 

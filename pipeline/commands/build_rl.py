@@ -94,7 +94,7 @@ def add_build_arguments(p) -> None:
         choices=["local", "ray"],
         default="local",
         help="local: worker processes on this machine. ray: the same stage functions on Ray Data "
-        "(map_batches over Arrow); needs `pip install 'seam[ray]'` and, on a cluster, an --out "
+        "(map_batches over Arrow); needs `pip install 'seam-rl[ray]'` and, on a cluster, an --out "
         "on a filesystem every node can write. Output is identical for both.",
     )
     p.add_argument(
@@ -121,7 +121,7 @@ def config_from_args(args, kind: str):
 
         if importlib.util.find_spec("ray") is None:
             raise UsageError(
-                "--engine ray needs Ray Data: pip install 'seam[ray]' (or 'ray[data]')"
+                "--engine ray needs Ray Data: pip install 'seam-rl[ray]' (or 'ray[data]')"
             )
     return BuildConfig(
         inputs=args.inputs,

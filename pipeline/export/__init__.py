@@ -251,7 +251,17 @@ LOADING = {
 
 
 def _readme(build: Path, target: str, mode: str | None, rows: int, schema, length_lines) -> str:
-    header = card_header(["seam", "export", target], list(schema)) if schema is not None else []
+    header = (
+        card_header(
+            ["seam", "export", target],
+            list(schema),
+            rows,
+            f"seam export for {target}" + (f" ({mode})" if mode else ""),
+            data_files="train-*.parquet",
+        )
+        if schema is not None
+        else []
+    )
     title = f"# seam export for {target}" + (f" ({mode})" if mode else "")
     body = [
         title,

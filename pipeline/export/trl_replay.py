@@ -9,7 +9,7 @@ returns, with ``num_items_in_batch`` = the trainable tokens of the generation ba
 ``loss_type="dapo"`` (TRL's default) divides by: token-level normalization across
 segments and micro-batches.
 
-Needs ``trl`` (``pip install 'seam[trainers]'`` in a virtualenv of its own); nothing in
+Needs ``trl`` (``pip install 'seam-rl[trainers]'`` in a virtualenv of its own); nothing in
 seam imports this module.
 """
 

@@ -61,7 +61,7 @@ def test_card_documents_config_counts_seam_kinds_columns_and_commands(rl_build):
         "seam sql",
         "seam report",
         "seam export",
-        'load_dataset("parquet"',
+        f'load_dataset("{rl_build}", split="train")',
     ):
         assert needle in text, needle
     columns = [line for line in text.splitlines() if line.startswith("| `")]
@@ -76,3 +76,37 @@ def test_feature_yaml_spells_nested_types_as_datasets_does():
     }
     with pytest.raises(ValueError, match="dataset card dtype"):
         feature_yaml(pa.date32())
+
+
+def test_card_has_hub_metadata_and_the_split_size(build_and_fields):
+    build, _ = build_and_fields
+    card = DatasetCard.load(build / "README.md")
+    rows = datasets.load_dataset("parquet", data_files=str(build / "train-*.parquet"))[
+        "train"
+    ].num_rows
+    assert card.data.license == "other"
+    assert card.data.pretty_name.startswith("seam ")
+    assert card.data.task_categories == ["reinforcement-learning", "text-generation"]
+    assert card.data.size_categories == ["n<1K"]
+    infos = DatasetInfosDict.from_dataset_card_data(card.data)
+    assert infos["default"].splits["train"].num_examples == rows
+
+
+def test_an_sft_builds_pairs_are_a_config_of_the_directory(sft_build, tmp_path):
+    pairs = datasets.load_dataset(str(sft_build), "pairs", split="train", cache_dir=str(tmp_path))
+    assert {"prompt", "chosen", "rejected"} <= set(pairs.column_names)
+    assert pairs.num_rows >= 1
+    segments = datasets.load_dataset(str(sft_build), split="train", cache_dir=str(tmp_path))
+    assert "prompt" not in segments.column_names  # the default config stays the segments
+
+
+def test_size_category_buckets():
+    from pipeline.card import size_category
+
+    assert [size_category(n) for n in (0, 999, 1000, 54_321, 2_000_000)] == [
+        "n<1K",
+        "n<1K",
+        "1K<n<10K",
+        "10K<n<100K",
+        "1M<n<10M",
+    ]
