@@ -187,6 +187,12 @@ def test_group_advantage_with_the_sample_std_hand_computed():
     np.testing.assert_allclose(adv, [0.75 / (0.5 + 1e-6)] + [-0.25 / (0.5 + 1e-6)] * 3)
 
 
+def test_epsilon_bounds_the_advantage_of_a_group_whose_rewards_barely_differ():
+    # Rewards 0 and 2e-6: centered ±1e-6, population std 1e-6, so A = ±1e-6 / (1e-6 + ε) = ±0.5.
+    adv, _ = group_advantages(np.array(["a", "a"]), np.array([0.0, 2e-6]))
+    np.testing.assert_allclose(adv, [-0.5, 0.5], rtol=1e-9)
+
+
 @given(st.lists(st.integers(0, 1000), min_size=1, max_size=10))
 def test_trainable_tokens_after_counts_later_segments_only(n_s):
     after = trainable_tokens_after(n_s)

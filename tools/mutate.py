@@ -40,9 +40,13 @@ TARGETS: dict[str, list[str]] = {
         "tests/test_mask_options.py",
         PROPS + "test_decoding_the_masked_spans_gives_every_generated_output_exactly_once",
     ],
+    "pipeline/seams.py": [
+        "tests/test_segment_ids.py",
+        "tests/test_segments_hand_checked.py",
+        "tests/test_properties.py",
+    ],
     "pipeline/segment.py": [
         "tests/test_segments_hand_checked.py",
-        "tests/test_segment_ids.py",
         "tests/test_mask_options.py",
         "tests/test_properties.py",
         "tests/test_incremental_rendering.py::test_a_template_that_renders_history_differently_is_rendered_in_full",
@@ -55,6 +59,8 @@ TARGETS: dict[str, list[str]] = {
     ],
     "pipeline/advantage.py": [
         PROPS + "test_group_advantage_hand_computed",
+        PROPS + "test_group_advantage_with_the_sample_std_hand_computed",
+        PROPS + "test_epsilon_bounds_the_advantage_of_a_group_whose_rewards_barely_differ",
         PROPS + "test_group_advantages_sum_to_zero_over_rollouts_of_each_task",
         PROPS + "test_trainable_tokens_after_counts_later_segments_only",
         PROPS + "test_rollouts_without_outcome_get_zero_and_do_not_move_their_group",
