@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
-from pipeline.cli import UsageError
+from pipeline.errors import UsageError
 from schemas.rollout import Rollout
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.cli import UsageError
+from pipeline.errors import UsageError
 
 
 def run_build_sft(args) -> int:

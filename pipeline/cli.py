@@ -8,6 +8,8 @@ import argparse
 import importlib
 import sys
 
+from pipeline.errors import UsageError
+
 COMMAND_MODULES = [
     "pipeline.commands.schema",
     "pipeline.commands.build_rl",
@@ -25,10 +27,6 @@ COMMAND_MODULES = [
     "pipeline.commands.view",
     "pipeline.commands.hooks",
 ]
-
-
-class UsageError(Exception):
-    """Bad configuration: printed as one line, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.canonical_io import UNREADABLE, is_compressed, open_text_stream
+from pipeline.errors import InputError
 
 CANONICAL = "canonical"
 UNRECOGNISED = "unrecognised"
@@ -35,10 +36,6 @@ INPUT_SUFFIXES = (
     ".traj",
     ".pt",
 )
-
-
-class InputError(ValueError):
-    """A missing or unreadable input: one actionable line."""
 
 
 @dataclass(frozen=True)

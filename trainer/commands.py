@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pipeline.cli import UsageError
+from pipeline.errors import UsageError
 from trainer.flops import H200_BF16_DENSE_PEAK
 
 COLUMNS = [  # (header, width, formatter of a StepMetrics)

@@ -6,7 +6,7 @@ import os
 import shlex
 import sys
 
-from pipeline.cli import UsageError
+from pipeline.errors import UsageError
 
 
 def add_build_arguments(p) -> None:

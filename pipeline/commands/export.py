@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.cli import UsageError
+from pipeline.errors import UsageError
 
 
 def run(args) -> int:

@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from pipeline.cli import UsageError
+from pipeline.errors import UsageError
 
 
 def register(sub) -> None:

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.cli import UsageError
+from pipeline.errors import UsageError
 
 SCOPES = {
     "user": Path("~/.claude/settings.json"),

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.cli import UsageError
+from pipeline.errors import UsageError
 
 SUMMARY_FILE = "ingest.json"
 UNRECOGNISED = "unrecognised"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.cli import UsageError
+from pipeline.errors import UsageError
 
 
 def run(args) -> int:

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.cli import UsageError
+from pipeline.errors import UsageError
 
 
 def _target(out: str, fmt: str | None) -> tuple[Path, str]:

@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from pipeline.cli import UsageError
+from pipeline.errors import UsageError
 
 WRAP_WIDTH = 24
 

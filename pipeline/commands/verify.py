@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.cli import UsageError
+from pipeline.errors import UsageError
 
 
 def audit_build(out: str | Path, mode: str, tokenizer: str | None = None) -> int:

@@ -99,6 +99,13 @@ REGISTRY: dict[str, Reader] = {}
 
 
 def register(reader_cls: type[Reader]) -> type[Reader]:
+    """Add a reader under its ``name``; a second reader with a taken name is a bug."""
+    taken = REGISTRY.get(reader_cls.name)
+    if taken is not None and type(taken) is not reader_cls:
+        raise ValueError(
+            f"reader name {reader_cls.name!r} is taken by {type(taken).__qualname__}: "
+            f"{reader_cls.__qualname__} needs another name"
+        )
     REGISTRY[reader_cls.name] = reader_cls()
     return reader_cls
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.inputs import InputError
+from pipeline.errors import InputError
 from pipeline.readers import REGISTRY
 from pipeline.readers.common import read_head
 

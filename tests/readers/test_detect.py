@@ -44,3 +44,19 @@ def test_a_file_two_readers_accept_is_refused_as_ambiguous(tmp_path, monkeypatch
     monkeypatch.setattr(REGISTRY["openai-messages"], "sniff", lambda p, head: True)
     with pytest.raises(FormatError, match="ambiguous format, it could be codex or openai-messages"):
         detect_format(path)
+
+
+def test_the_registry_refuses_a_second_reader_under_a_taken_name():
+    from pipeline.readers import Reader, register
+
+    taken = sorted(REGISTRY)[0]
+    before = REGISTRY[taken]
+
+    class Impostor(Reader):
+        name = taken
+
+    with pytest.raises(ValueError, match=f"reader name '{taken}' is taken"):
+        register(Impostor)
+    assert REGISTRY[taken] is before
+    # Registering the same class again (a module imported twice) is harmless.
+    assert register(type(before)) is type(before)
