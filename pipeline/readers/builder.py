@@ -11,7 +11,9 @@ construction. Two repairs are made, both recorded in ``Rollout.meta``, never sil
   result is missing, e.g. Claude Code after an interrupted tool), a call still
   unanswered when a message of one of ``fill_before`` roles (or a rewrite, or the end of
   a rollout that has later calls) arrives gets the result ``[no tool result recorded]``,
-  flagged ``meta.synthesized``.
+  flagged ``meta.synthesized``; with ``fill_at_call`` that result is placed right after
+  the call (and its recorded results), where a client that normalizes its history
+  (Codex) inserts it, instead of where the gap was noticed.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class RolloutBuilder:
         self,
         fill_missing_results: bool = False,
         fill_before: tuple[str, ...] = ("assistant", "user", "system"),
+        fill_at_call: bool = False,
     ) -> None:
         self.events: list[MessageEvent | RewriteEvent] = []
         self.messages: dict[str, MessageEvent] = {}
@@ -58,6 +61,7 @@ class RolloutBuilder:
         self._open: dict[str, str] = {}
         self._fill = fill_missing_results
         self._fill_before = fill_before
+        self._fill_at_call = fill_at_call
         self._synthesized = 0
         self._renamed: dict[str, str] = {}
 
@@ -99,16 +103,45 @@ class RolloutBuilder:
 
     def fill_missing_results(self, keep_open: frozenset = frozenset()) -> None:
         for call_id in [c for c in self._open if c not in keep_open]:
-            self.append(
-                msg(
-                    "tool",
-                    MISSING_RESULT,
-                    id=f"{call_id}:no-result",
-                    tool_call_id=call_id,
-                    meta={"synthesized": "the source records no result for this call"},
-                )
+            placeholder = msg(
+                "tool",
+                MISSING_RESULT,
+                id=f"{call_id}:no-result",
+                tool_call_id=call_id,
+                meta={"synthesized": "the source records no result for this call"},
             )
+            if self._fill_at_call:
+                self._insert_after_call(placeholder, self._open[call_id])
+            else:
+                self.append(placeholder)
             self._synthesized += 1
+
+    def _insert_after_call(self, m: Msg, call_msg_id: str) -> None:
+        """Insert a result right after its call and the call's results so far, in the
+        events and in the live context. Only used before any later call or rewrite (the
+        gap is filled then), so nothing replayed so far saw the other order."""
+        event = self._event(m, answer=True)
+        if event is None:
+            return
+        answers = {c.id for c in self.messages[call_msg_id].tool_calls}
+
+        def answers_call(e: object) -> bool:
+            return isinstance(e, MessageEvent) and e.role == "tool" and e.tool_call_id in answers
+
+        at = self._position[call_msg_id] + 1
+        while at < len(self.events) and answers_call(self.events[at]):
+            at += 1
+        self.events.insert(at, event)
+        for i in range(at, len(self.events)):
+            if self.events[i].id in self._position or i == at:
+                self._position[self.events[i].id] = i
+        if call_msg_id in self.live:
+            j = self.live.index(call_msg_id) + 1
+            while j < len(self.live) and answers_call(self.messages.get(self.live[j])):
+                j += 1
+            self.live.insert(j, event.id)
+        else:
+            self.live.append(event.id)
 
     def rewrite(
         self,

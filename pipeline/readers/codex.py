@@ -8,7 +8,8 @@ function / custom / local-shell / tool-search calls, image generation) between t
 items; a ``token_count`` event or a ``turn_context`` also ends a call, since Codex writes
 them after each response. The input items keep the order the Responses API received
 them: a ``developer`` message Codex records between a call and its output (an approval
-notice) stays there, and the output still answers its call. ``token_count``'s
+notice) stays there, and the output still answers its call; a call that never gets an
+output is answered by a placeholder right after it, as Codex does. ``token_count``'s
 ``last_token_usage.input_tokens`` (cached tokens included) becomes the call's
 ``meta.reported_input_tokens``.
 
@@ -236,9 +237,13 @@ class _Session:
         self.first = line
         self.records = 0
         self.resumed = 0
-        # Only a user turn closes a call still waiting for its output (Codex then sends a
-        # placeholder itself); a developer message may come between a call and its output.
-        self.builder = RolloutBuilder(fill_missing_results=True, fill_before=("user",))
+        # A call still waiting for its output when the next call (or a rewrite) comes gets
+        # a placeholder right after it, where Codex inserts one itself ("aborted"); input
+        # recorded between a call and its output (a developer approval notice, a user
+        # message) does not close the call.
+        self.builder = RolloutBuilder(
+            fill_missing_results=True, fill_before=("assistant",), fill_at_call=True
+        )
         self.call = _Call()
         self.turn_starts: set[str] = set()
         self.models: list[str] = []

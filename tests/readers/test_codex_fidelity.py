@@ -11,6 +11,7 @@ import pytest
 
 from judge.filters import FilterOptions, rollout_filter
 from pipeline.fidelity import segment_fidelity
+from pipeline.readers.builder import MISSING_RESULT
 from pipeline.readers.codex import (
     ENCRYPTED_SUMMARY,
     WEB_SEARCH_RESULTS,
@@ -35,6 +36,22 @@ def test_a_developer_message_between_a_call_and_its_output_keeps_that_order_and_
     # The next call saw call → developer message → output, in that order.
     after = replay(rollout)[1].context
     assert [m.id for m in after[-3:]] == ["L6", "L9", "L10"]
+
+
+def test_an_interrupted_call_gets_its_placeholder_right_after_it_and_a_late_output_is_kept():
+    rollout = only("codex", fixture("codex", "interrupted_call.jsonl"))
+    assert shape(rollout)[2:] == [
+        ("assistant", "L4", "", ["call_srv"]),
+        ("tool", "call_srv:no-result", MISSING_RESULT, "call_srv"),
+        ("user", "L7", "Stop, run the tests instead."),
+        ("assistant", "L9", "", ["call_test"]),
+        ("user", "L11", "Also lint afterwards."),
+        ("tool", "L12", "3 passed", "call_test"),
+        ("assistant", "L14", "Tests pass; linting next.", []),
+    ]
+    assert rollout.meta["synthesized_tool_results"] == 1
+    # The next call saw the placeholder where Codex puts it: right after the call.
+    assert [m.id for m in replay(rollout)[1].context][2:] == ["L4", "call_srv:no-result", "L7"]
 
 
 def test_a_session_meta_repeated_on_a_resumed_turn_continues_the_same_rollout():
@@ -148,6 +165,7 @@ def test_a_custom_tool_input_is_raw_text_and_not_a_malformed_request():
         "custom_tool.jsonl",
         "compacted_remote_twice.jsonl",
         "compacted_drops_reasoning.jsonl",
+        "interrupted_call.jsonl",
     ],
 )
 def test_every_line_of_the_new_fixtures_is_accounted_for(name):
@@ -228,7 +246,8 @@ def test_real_codex_session_every_output_in_context_every_piece_trained_once(pre
         if isinstance(e, MessageEvent) and e.meta.get("synthesized")
     ]
     assert not set(synthesized) & set(outputs)
-    assert len(synthesized) == len(generated) - len(outputs)
+    final = {c.id for c in views[-1].message.tool_calls}
+    assert set(synthesized) | (final - set(outputs)) == set(generated) - set(outputs)
     # Every assistant text is in a call (several message items of one response are one
     # call, joined by a blank line).
     texts = [
