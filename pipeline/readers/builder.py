@@ -135,13 +135,10 @@ class RolloutBuilder:
         for i in range(at, len(self.events)):
             if self.events[i].id in self._position or i == at:
                 self._position[self.events[i].id] = i
-        if call_msg_id in self.live:
-            j = self.live.index(call_msg_id) + 1
-            while j < len(self.live) and answers_call(self.messages.get(self.live[j])):
-                j += 1
-            self.live.insert(j, event.id)
-        else:
-            self.live.append(event.id)
+        j = self.live.index(call_msg_id) + 1  # an open call is live: rewrites fill first
+        while j < len(self.live) and answers_call(self.messages.get(self.live[j])):
+            j += 1
+        self.live.insert(j, event.id)
 
     def rewrite(
         self,
@@ -159,9 +156,9 @@ class RolloutBuilder:
             if isinstance(item, Keep):
                 context.append(item)
             else:
-                event = self._event(item, answer=False)
-                if event is not None:
-                    context.append(event)
+                new = self._event(item, answer=False)
+                if new is not None:
+                    context.append(new)
         event = RewriteEvent(
             id=self._ids.claim(id or f"rewrite-{len(self.events)}"),
             reason=reason,
@@ -219,7 +216,7 @@ class RolloutBuilder:
         """What makes two messages the same context item (ids and metadata aside)."""
         if isinstance(m, MessageEvent):
             calls = tuple((c.name, c.arguments) for c in m.tool_calls)
-            key = m.role, m.content.strip(), calls, m.tool_call_id, _opaque(m.meta)
+            key: tuple = m.role, m.content.strip(), calls, m.tool_call_id, _opaque(m.meta)
             reasoning = m.reasoning
         else:
             calls = tuple(

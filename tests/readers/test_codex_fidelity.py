@@ -41,17 +41,33 @@ def test_a_developer_message_between_a_call_and_its_output_keeps_that_order_and_
 def test_an_interrupted_call_gets_its_placeholder_right_after_it_and_a_late_output_is_kept():
     rollout = only("codex", fixture("codex", "interrupted_call.jsonl"))
     assert shape(rollout)[2:] == [
-        ("assistant", "L4", "", ["call_srv"]),
+        ("assistant", "L4", "", ["call_ls", "call_srv"]),
+        ("tool", "L7", "serve.py", "call_ls"),
         ("tool", "call_srv:no-result", MISSING_RESULT, "call_srv"),
-        ("user", "L7", "Stop, run the tests instead."),
-        ("assistant", "L9", "", ["call_test"]),
-        ("user", "L11", "Also lint afterwards."),
-        ("tool", "L12", "3 passed", "call_test"),
-        ("assistant", "L14", "Tests pass; linting next.", []),
+        ("user", "L9", "Stop, run the tests instead."),
+        ("assistant", "L11", "", ["call_test"]),
+        ("user", "L13", "Also lint afterwards."),
+        ("tool", "L14", "3 passed", "call_test"),
+        ("assistant", "L16", "Tests pass; linting next.", []),
+        # The live context kept that order too: undoing the last turn keeps it.
+        (
+            "rewrite",
+            "edit",
+            "manual",
+            [
+                ("keep", i)
+                for i in ["base_instructions", "L2", "L4", "L7", "call_srv:no-result", "L9", "L11"]
+            ],
+        ),
     ]
     assert rollout.meta["synthesized_tool_results"] == 1
-    # The next call saw the placeholder where Codex puts it: right after the call.
-    assert [m.id for m in replay(rollout)[1].context][2:] == ["L4", "call_srv:no-result", "L7"]
+    # The next call saw the placeholder where Codex puts it: with the call's results.
+    assert [m.id for m in replay(rollout)[1].context][2:] == [
+        "L4",
+        "L7",
+        "call_srv:no-result",
+        "L9",
+    ]
 
 
 def test_a_session_meta_repeated_on_a_resumed_turn_continues_the_same_rollout():
