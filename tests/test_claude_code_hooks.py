@@ -184,10 +184,148 @@ def test_the_reader_joins_captures_and_a_pruned_session_is_whole_again(tmp_path)
     ]
 
 
-@pytest.mark.skipif(
-    not os.environ.get("SEAM_CLAUDE_CLI"), reason="set SEAM_CLAUDE_CLI to run against the real CLI"
-)
-def test_the_installed_claude_cli_reports_a_version():
-    from pipeline.claude_code_hooks import installed_version
+class FakeAnthropic:
+    """A Messages API on 127.0.0.1 answering every request with one text turn (streamed
+    when asked), so the real Claude Code CLI runs offline."""
 
-    assert installed_version(os.environ["SEAM_CLAUDE_CLI"]) is not None
+    SUMMARY = "<analysis>a</analysis>\n<summary>1. Primary Request: say hi.\n9. Optional Next Step: None</summary>"
+
+    def __init__(self):
+        import itertools
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        ids = itertools.count()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                if self.path.startswith("/v1/messages/count_tokens"):
+                    return self._send("application/json", json.dumps({"input_tokens": 10}))
+                last = json.dumps(body.get("messages", [])[-1:])
+                text = FakeAnthropic.SUMMARY if "summary" in last.lower() else "hi"
+                message = {
+                    "id": f"msg_fake{next(ids)}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model"),
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 10, "output_tokens": 1},
+                }
+                if not body.get("stream"):
+                    done = {**message, "content": [{"type": "text", "text": text}]}
+                    return self._send(
+                        "application/json", json.dumps({**done, "stop_reason": "end_turn"})
+                    )
+                events = [
+                    ("message_start", {"type": "message_start", "message": message}),
+                    (
+                        "content_block_start",
+                        {
+                            "type": "content_block_start",
+                            "index": 0,
+                            "content_block": {"type": "text", "text": ""},
+                        },
+                    ),
+                    (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": 0,
+                            "delta": {"type": "text_delta", "text": text},
+                        },
+                    ),
+                    ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                    (
+                        "message_delta",
+                        {
+                            "type": "message_delta",
+                            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                            "usage": {"output_tokens": 5},
+                        },
+                    ),
+                    ("message_stop", {"type": "message_stop"}),
+                ]
+                self._send(
+                    "text/event-stream",
+                    "".join(f"event: {n}\ndata: {json.dumps(d)}\n\n" for n, d in events),
+                )
+
+            def do_GET(self):
+                self._send("application/json", "{}")
+
+            def _send(self, kind, text):
+                data = text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.skipif(
+    not os.environ.get("SEAM_CLAUDE_CLI"),
+    reason="set SEAM_CLAUDE_CLI to a Claude Code CLI (npm install @anthropic-ai/claude-code)",
+)
+def test_the_real_claude_cli_runs_the_installed_hooks_and_the_reader_joins_them(tmp_path):
+    from judge.commands import iter_input_rollouts
+
+    cli = Path(os.environ["SEAM_CLAUDE_CLI"]).absolute()  # on PATH by this name
+    server = FakeAnthropic()
+    home, project, cap = tmp_path / "home", tmp_path / "home" / "proj", tmp_path / "cap"
+    project.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "PATH": f"{cli.parent}:{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(ROOT),
+        "ANTHROPIC_BASE_URL": server.url,
+        "ANTHROPIC_API_KEY": "sk-fake",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    try:
+        run = seam("hooks", "install", "claude-code", "--capture", str(cap), env_extra=env)
+        assert run.returncode == 0 and "PostCompact: added" in run.stdout, run.stdout + run.stderr
+        for args in (
+            ["hello"],
+            ["--continue", "turn 1"],
+            ["--continue", "turn 2"],
+            ["--continue", "/compact keep the greeting"],
+        ):
+            done = subprocess.run(
+                [str(cli), "-p", *args],
+                cwd=project,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+    finally:
+        server.close()
+    (rollout,) = iter_input_rollouts(
+        [str(home / ".claude" / "projects"), str(cap)], "auto", Counter()
+    )
+    (boundary,) = [e for e in rollout.events if isinstance(e, RewriteEvent)]
+    captured = boundary.meta["capture"]
+    assert (boundary.trigger, captured["trigger"], captured["custom_instructions"]) == (
+        "manual",
+        "manual",
+        "keep the greeting",
+    )
+    assert captured["compact_summary"] == FakeAnthropic.SUMMARY  # PostCompact (2.1.76+)

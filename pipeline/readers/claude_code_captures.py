@@ -5,12 +5,12 @@ a session file like any other: the planner groups it with the session's other fi
 ``sessionId`` and the reader merges them by record ``uuid``, so records a later slice or
 prune lost come back from the snapshot) and a ``.capture`` file beside it with what the
 hook received. This module reads those ``.capture`` files for the files of a session and
-records, on the compaction each one preceded, ``meta.capture``: the hook's trigger, the
-user's custom instructions (the text after ``/compact``), PostCompact's summary when
-captured, and the snapshot's file and record count. A PreCompact capture belongs to the
-compaction whose ``compact_boundary`` names the snapshot's last record as its
-``logicalParentUuid`` (the record right before it); a PostCompact capture to the
-compaction whose boundary is in its snapshot.
+records, on the compaction each one belongs to, ``meta.capture``: the hook's trigger,
+the user's custom instructions (the text after ``/compact``), PostCompact's summary when
+captured, and the snapshot's file and record count. A capture belongs to the compaction
+whose ``compact_boundary`` names the snapshot's last record as its ``logicalParentUuid``
+(the record right before it: Claude Code 2.1.197 runs both hooks before it writes the
+boundary); a PostCompact snapshot that already holds the boundary, to its last one.
 """
 
 from __future__ import annotations
@@ -37,11 +37,8 @@ def join_captures(item: ReadItem, paths: list[Path]) -> ReadItem:
     found: dict[str, dict] = {}
     for cap in captures:
         transcript = cap.get("transcript") or {}
-        if cap.get("event") == "PreCompact":
-            target = next(
-                (u for u, b in boundaries.items() if b == transcript.get("last_uuid")), None
-            )
-        else:
+        target = next((u for u, b in boundaries.items() if b == transcript.get("last_uuid")), None)
+        if target is None and cap.get("event") == "PostCompact":
             target = transcript.get("last_boundary")
         if target is not None:
             found.setdefault(target, {}).update(_summary_of(cap))
