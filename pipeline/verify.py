@@ -271,7 +271,6 @@ def iter_input_rollouts(
     from pipeline.inputs import CANONICAL, InputError, Task, detect_format
     from pipeline.worker import iter_task_records
 
-    needle = _id_pattern(wanted) if wanted is not None else None
     for path in paths:
         try:
             file_format = detect_format(path) if fmt == "auto" else fmt
@@ -282,7 +281,7 @@ def iter_input_rollouts(
                 iter_parquet_records(path) if path.suffix == ".parquet" else iter_jsonl_lines(path)
             )
             for raw in records:
-                if needle is None or needle.search(raw.data):
+                if wanted is None or _names_one_of(raw.data, wanted):
                     try:
                         rollout = parse_rollout(raw.data)
                     except ValueError:
@@ -295,10 +294,21 @@ def iter_input_rollouts(
                     yield rollout
 
 
-def _id_pattern(ids: set[str]) -> re.Pattern:
-    """Bytes that a JSON record of one of ``ids`` contains (escaped either way)."""
-    forms = {json.dumps(i, ensure_ascii=a)[1:-1].encode() for i in ids for a in (True, False)}
-    return re.compile(b"|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+# A "rollout_id" key and its JSON string value (a parent_rollout_id never matches: the
+# key must start right after its quote).
+ROLLOUT_ID_FIELD = re.compile(rb'"rollout_id"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def _names_one_of(record: bytes, ids: set[str]) -> bool:
+    """Whether a canonical JSON record may be one of ``ids``: some ``"rollout_id"`` field
+    in it holds one (cheaper than parsing every record for a sample)."""
+    for value in ROLLOUT_ID_FIELD.findall(record):
+        try:
+            if json.loads(value) in ids:
+                return True
+        except ValueError:
+            return True  # let the parser decide
+    return False
 
 
 class _RolloutCheck:

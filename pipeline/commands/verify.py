@@ -8,7 +8,9 @@ from pathlib import Path
 from pipeline.errors import UsageError
 
 
-def audit_build(out: str | Path, mode: str, tokenizer: str | None = None) -> int:
+def audit_build(
+    out: str | Path, mode: str, tokenizer: str | None = None, per_rollout: bool = False
+) -> int:
     """Run the audit, print its counts, record them in ``manifest.json`` (key ``verify``);
     exit code 1 on any mismatch, each mismatch printed with its shard, row and rollout."""
     from rich.console import Console
@@ -37,6 +39,12 @@ def audit_build(out: str | Path, mode: str, tokenizer: str | None = None) -> int
             *(f"{c[k]:,}" for k in ("rollouts", "rows", "spans", "trained_tokens", "mismatches")),
         )
     console.print(table)
+    if per_rollout or any(c["mismatches"] for c in result.by_rollout.values()):
+        console.print(_rollout_table(result, per_rollout))
+    else:
+        console.print(
+            f"per-rollout counts: {manifest_path} (verify.by_rollout), or seam verify --per-rollout"
+        )
     for mismatch in result.mismatches:
         console.print(f"[red]MISMATCH[/] {mismatch.line()}", highlight=False, soft_wrap=True)
     total = result.totals()
@@ -52,8 +60,24 @@ def audit_build(out: str | Path, mode: str, tokenizer: str | None = None) -> int
     return 0
 
 
+def _rollout_table(result, every: bool):
+    """Counts per rollout: all of them (``--per-rollout``), else those with mismatches."""
+    from rich.table import Table
+
+    table = Table(title="per rollout", header_style="bold")
+    for name in ("rollout", "rows", "call spans", "trained tokens", "mismatches"):
+        table.add_column(name, justify="left" if name == "rollout" else "right")
+    for rollout_id, c in sorted(result.by_rollout.items()):
+        if every or c["mismatches"]:
+            table.add_row(
+                rollout_id,
+                *(f"{c[k]:,}" for k in ("rows", "spans", "trained_tokens", "mismatches")),
+            )
+    return table
+
+
 def run(args) -> int:
-    return audit_build(args.dir, args.verify, args.tokenizer)
+    return audit_build(args.dir, args.verify, args.tokenizer, args.per_rollout)
 
 
 def add_verify_argument(p, default: str) -> None:
@@ -79,6 +103,9 @@ def register(sub) -> None:
     )
     p.add_argument("dir", help="A build directory (with manifest.json).")
     add_verify_argument(p, "all")
+    p.add_argument(
+        "--per-rollout", action="store_true", help="Print the counts of every rollout, too."
+    )
     p.add_argument(
         "--tokenizer",
         default=None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -149,3 +150,22 @@ def test_verify_passes_on_real_claude_code_and_codex_sessions(tmp_path, capsys):
     recorded = json.loads((out / "manifest.json").read_text())["verify"]
     assert set(recorded["by_source"]) == {"claude-code", "codex"}
     assert recorded["totals"]["spans"] > 10 and recorded["totals"]["mismatches"] == 0
+
+
+def test_a_wrong_context_fidelity_is_a_mismatch(rl_build, tmp_path):
+    copy = _copy(rl_build, tmp_path)
+
+    def claim(row):
+        row["context_fidelity"] = ["slice_start"]  # the rollout records nothing missing
+
+    shard, index = _edit_row(copy, "a3", 1, claim)
+    [mismatch] = verify_build(copy, "all").mismatches
+    assert (mismatch.shard, mismatch.row, mismatch.rollout_id) == (shard, index, "a3")
+    assert mismatch.what == "context_fidelity ['slice_start'], the rollout says ['exact']"
+
+
+def test_per_rollout_counts_are_printed_on_request(rl_build, tmp_path, capsys):
+    copy = _copy(rl_build, tmp_path)
+    assert main(["verify", str(copy), "--per-rollout"]) == 0
+    out = capsys.readouterr().out
+    assert "per rollout" in out and re.search(r"a2\s+│\s+3\s+│\s+5\s+│", out), out

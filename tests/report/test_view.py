@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +60,20 @@ def test_the_report_is_served_and_nothing_is_writable(served):
     with pytest.raises(urllib.error.HTTPError) as failed:
         urllib.request.urlopen(served + "/?where=true%3B+DROP+VIEW+rollouts")
     assert failed.value.code == 400
+
+
+def test_seam_view_says_where_and_how_to_stop(rl_build):
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    command = [sys.executable, "-m", "pipeline.cli", "view", str(rl_build), "--port", "0"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        first = process.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", first).group(0)
+        assert "read-only" in first and "Ctrl-C to stop" in first
+        with urllib.request.urlopen(url) as response:
+            assert b"6 rollout(s)" in response.read()
+    finally:
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=30)
+    assert process.returncode == 0 and "stopped" in rest
