@@ -57,7 +57,8 @@ _WRAPPER_HEAD_RE = re.compile(
 )
 _WRAPPER_TAIL_RE = re.compile(
     r"\n+(?:If you need specific details from before compaction[^\n]*"
-    r"|Please continue the conversation from where we left it off[^\n]*)\s*$"
+    r"|Please continue the conversation from where we left it off[^\n]*"
+    r"|Continue the conversation from where it left off[^\n]*)\s*$"
 )
 _HEADING_RE = re.compile(
     r"^\s*(?:#{1,6}\s+\S|\*\*[^*]+\*\*:?\s*$|\*\*[^*]+:\*\*|\d+\.\s+[\w ]{2,40}:\s*$|[A-Z][\w /-]{1,40}:\s*$)"
@@ -111,8 +112,9 @@ def summary_text(call: MessageEvent) -> str:
 
 def summary_body(text: str) -> str:
     """The summary without the harness's wrapper around it (Claude Code's "This session is
-    being continued ..." head and "If you need specific details ... / Please continue ..."
-    tail): what the summary's author wrote."""
+    being continued ..." head and "If you need specific details ... / Please continue ...
+    / Continue the conversation ..." tail, as 2.0 and 2.1 write them): what the summary's
+    author wrote."""
     text = _WRAPPER_HEAD_RE.sub("", text, count=1)
     while True:
         stripped = _WRAPPER_TAIL_RE.sub("", text)

@@ -116,8 +116,16 @@ def _synthesized(rewrite: RewriteEvent, comp, prompt: str) -> list[MessageEvent]
             id=f"{rewrite.id}:summary-call",
             role="assistant",
             kind="summary",
-            content=summary_body(comp.summary).strip(),
+            content=_target(rewrite, comp.summary),
             finish_reason="stop",
             meta={SYNTHESIZED_KEY: REASON, "summary_of": comp.message_id},
         ),
     ]
+
+
+def _target(rewrite: RewriteEvent, summary: str) -> str:
+    """What the summarizer wrote: PostCompact's ``compact_summary`` when a ``seam hooks``
+    capture recorded it (the model's exact output), else the inserted summary without
+    the harness's wrapper (Claude Code reformats the model's ``<summary>`` into it)."""
+    captured = (rewrite.meta.get("capture") or {}).get("compact_summary")
+    return str(captured) if captured else summary_body(summary).strip()

@@ -100,3 +100,29 @@ def test_the_build_flags_counts_and_verifies_synthesized_calls(tmp_path):
 
 def test_the_default_prompt_is_shipped():
     assert DEFAULT_PROMPT.is_file() and "Optional next step" in PROMPT
+
+
+def test_a_captured_compact_summary_is_the_target_and_the_2_1_wrapper_is_stripped():
+    from judge.summary import summary_body
+    from schemas.rollout import RewriteEvent
+
+    wrapped = (
+        "This session is being continued from a previous conversation that ran out of "
+        "context. The summary below covers the earlier portion of the conversation.\n\n"
+        "Summary:\n1. Primary Request: say hi.\n\nIf you need specific details from before "
+        "compaction, read the full transcript at: /home/u/.claude/projects/p/s.jsonl\n"
+        "Continue the conversation from where it left off without asking the user any "
+        "further questions. Resume directly."
+    )
+    assert summary_body(wrapped).strip() == "Summary:\n1. Primary Request: say hi."
+    rollout = session()
+    raw = "<analysis>a</analysis>\n<summary>1. Primary Request: fix the hook.</summary>"
+    events = [
+        e.model_copy(update={"meta": {**e.meta, "capture": {"compact_summary": raw}}})
+        if isinstance(e, RewriteEvent) and e.id == "cb1"
+        else e
+        for e in rollout.events
+    ]
+    built, _ = synthesize_summary_calls(rollout.model_copy(update={"events": events}), PROMPT)
+    first = next(v for v in replay(built) if v.message.meta.get("synthesized_call"))
+    assert first.message.content == raw
