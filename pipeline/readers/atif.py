@@ -156,7 +156,8 @@ class AtifReader(Reader):
         for sub in embedded if isinstance(embedded, list) else []:
             if isinstance(sub, dict) and isinstance(sub.get("steps"), list):
                 sub_id = f"{rollout_id}/{sub.get('trajectory_id') or sub.get('session_id')}"
-                yield self._rollout([sub], sub_id, {}, {}, rollout_id)
+                # The parent's trial outcome is the sub-agent's too (one vote with it).
+                yield self._rollout([sub], sub_id, result, {}, rollout_id)
 
     def _rollout(
         self,

@@ -5,7 +5,8 @@ The file is CSV (with a header) or JSONL (or a JSON list of objects). Each row n
 rollout by ``rollout_id``, ``session_id`` or ``id`` and gives ``reward`` (a number) and
 optionally ``task_id`` (the GRPO group key) and ``resolved`` (true/false). A rollout
 matches a row by its ``rollout_id`` first, then by ``meta.session_id`` (so a Claude
-Code sub-agent rollout gets its session's outcome). A row value replaces the value the
+Code sub-agent rollout gets its session's outcome), then by ``parent_rollout_id`` (any
+sub-agent gets its parent's outcome). A row value replaces the value the
 reader found. A malformed file fails before any work, naming the line; so do two rows
 for one id with different outcomes (naming both lines). Identical repeats are allowed.
 """
@@ -106,7 +107,7 @@ def _flag(value: object, path: Path, line: int) -> bool | None:
 
 def apply_rewards(rollout: Rollout, table: dict[str, Outcome]) -> tuple[Rollout, str | None]:
     """The rollout with its outcome from ``table``, and the key that matched (or None)."""
-    for key in (rollout.rollout_id, rollout.meta.get("session_id")):
+    for key in (rollout.rollout_id, rollout.meta.get("session_id"), rollout.parent_rollout_id):
         outcome = table.get(str(key)) if key is not None else None
         if outcome is not None:
             update = {

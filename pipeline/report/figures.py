@@ -138,6 +138,29 @@ def wilson_interval(passed: int, n: int, z: float = WILSON_Z) -> tuple[float, fl
     return max(0.0, center - half), min(1.0, center + half)
 
 
+def reported_vs_rebuilt(con):
+    """Per call with provider usage: input tokens the provider reported against the
+    input seam rebuilt (its output's start in the segment). Points far above the
+    diagonal are contexts seam does not fully hold (a slice, a missing system prompt
+    or tool schemas); the tokenizers differ too, so the diagonal is a guide only."""
+    data = con.execute(f"""
+        SELECT start AS rebuilt, reported_input_tokens AS reported, source
+        FROM calls WHERE reported_input_tokens IS NOT NULL
+        USING SAMPLE reservoir({SCATTER_SAMPLE} ROWS) REPEATABLE (0)""").fetchnumpy()
+    if len(data["source"]) == 0:
+        return None
+    fig, ax = _figure()
+    for source in sorted(set(data["source"])):
+        pick = data["source"] == source
+        ax.scatter(data["rebuilt"][pick], data["reported"][pick], s=8, alpha=0.6, label=source)
+    top = float(max(data["rebuilt"].max(), data["reported"].max()))
+    ax.plot([0, top], [0, top], color="#888888", linewidth=1, label="reported = rebuilt")
+    ax.set_xlabel("rebuilt input tokens (seam)")
+    ax.set_ylabel("reported input tokens (provider)")
+    ax.legend(fontsize=8)
+    return fig
+
+
 def pass_rate_by_compactions(con):
     rows = con.execute(
         "SELECT num_compactions, count(*), sum(passed::INT) FROM rollouts GROUP BY 1 ORDER BY 1"
@@ -307,6 +330,15 @@ FIGURES = [
         "than each: a trainer truncates or drops those.",
         segment_lengths,
         ("segments",),
+    ),
+    FigureSpec(
+        "input_tokens",
+        "Input tokens per call: reported vs rebuilt",
+        "One point per call whose log records the provider's usage (cache tokens included): "
+        "what the provider counted against what seam rebuilt. Far above the diagonal: context "
+        "the log does not hold (see context_fidelity).",
+        reported_vs_rebuilt,
+        ("calls",),
     ),
     FigureSpec(
         "pass_rate",

@@ -56,3 +56,15 @@ def test_identical_repeated_rows_are_one_outcome(tmp_path):
     path = tmp_path / "rewards.csv"
     path.write_text("rollout_id,reward\nr1,1\nr1,1.0\n")
     assert load_rewards(path)["r1"].reward == 1.0
+
+
+def test_a_sub_agent_gets_its_parents_outcome_by_parent_rollout_id(tmp_path):
+    """ATIF embeds a summarization sub-agent whose id is not in the rewards file."""
+    path = tmp_path / "rewards.csv"
+    path.write_text("rollout_id,reward,task_id\nrun-7,1,task-a\n")
+    rollouts, _, _ = read("atif", fixture("atif", "embedded_subagent.json"))
+    joined = [apply_rewards(r, load_rewards(path)) for r in rollouts]
+    assert [(r.rollout_id, r.reward, r.task_id, key) for r, key in joined] == [
+        ("run-7", 1.0, "task-a", "run-7"),
+        ("run-7/compact-001", 1.0, "task-a", "run-7"),
+    ]

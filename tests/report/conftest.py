@@ -75,6 +75,15 @@ def rl_rollouts(renderer):
         r = story(rollout_id).build(reward=reward).model_copy(update={"task_id": task})
         # One rollout logged its ids and log-probs, as an inference engine would.
         items.append(log_token_ids(r, renderer, "full", 3) if rollout_id == "b0" else r)
+    # One rollout's calls carry the provider's usage, as Claude Code and Codex logs do.
+    a1 = next(i for i, r in enumerate(items) if r.rollout_id == "a1")
+    events = [
+        e.model_copy(update={"meta": {**e.meta, "reported_input_tokens": 1000 * (n + 1)}})
+        if e.type == "message" and e.role == "assistant"
+        else e
+        for n, e in enumerate(items[a1].events)
+    ]
+    items[a1] = items[a1].model_copy(update={"events": events})
     return items
 
 

@@ -19,12 +19,14 @@ RL_PLOTS = [
     "summary_length",
     "tokens",
     "segment_length",
+    "input_tokens",
     "pass_rate",
     "advantage",
     "seams",
     "quarantine",
 ]
-SFT_PLOTS = [*RL_PLOTS, "corrections", "audit"]
+# The SFT build's rollouts log no provider usage: nothing to plot for input_tokens.
+SFT_PLOTS = [*(k for k in RL_PLOTS if k != "input_tokens"), "corrections", "audit"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # Appended to a copy of the report (the report itself has no scripts): after the page
