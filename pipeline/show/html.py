@@ -52,13 +52,26 @@ def render_html(view: RolloutView, standalone: bool = True, segment: int | None 
         previous = seg
     body = "\n".join(parts)
     if not standalone:
-        return f'<div class="seam-show"><style>{CSS}</style>{body}</div>'
+        return f'<div class="seam-show"><style>{scoped_css(".seam-show")}</style>{body}</div>'
     return (
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width,initial-scale=1">'
         f"<title>seam show {escape(view.rollout_id)}</title><style>{CSS}</style></head>"
         f"<body>\n{body}\n</body></html>\n"
     )
+
+
+def scoped_css(scope: str) -> str:
+    """The page's CSS confined to one element: a notebook output must not restyle the
+    notebook around it (``body`` becomes the element itself)."""
+    rules = []
+    for line in CSS.strip().splitlines():  # one rule per line
+        selectors, rule = line.split("{", 1)
+        scoped = [
+            scope if s.strip() == "body" else f"{scope} {s.strip()}" for s in selectors.split(",")
+        ]
+        rules.append(",".join(scoped) + "{" + rule)
+    return "\n".join(rules)
 
 
 def _segment(view: RolloutView, seg: SegmentView, previous: SegmentView | None) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from judge.attach import executed_output_text
@@ -126,3 +128,35 @@ def _rollout(build, rollout_id):
 
     manifest = json.loads((build / "manifest.json").read_text())
     return rollouts_from_inputs(manifest, {rollout_id})[rollout_id][0]
+
+
+def test_notebook_display_is_scoped_to_its_own_element(rl_build):
+    html = load_view(rl_build, "a1")._repr_html_()
+    assert html.startswith('<div class="seam-show"><style>')
+    style = html.split("<style>", 1)[1].split("</style>", 1)[0]
+    for rule in style.splitlines():
+        assert all(s.startswith(".seam-show") for s in rule.split("{")[0].split(",")), rule
+    assert "<mark" in html and "<html" not in html
+
+
+REALWORLD = os.environ.get("SEAM_REALWORLD_DIR")
+
+
+@pytest.mark.skipif(not REALWORLD, reason="SEAM_REALWORLD_DIR is not set")
+@pytest.mark.parametrize(
+    ("path", "compactions", "fidelity"),
+    [
+        ("claude_code/real-entireio-cli_cd-95adddad32_0_full.jsonl", 3, "missing_system_prompt"),
+        ("codex/agentv_rollout-00-34f597b72d-1.jsonl", 2, "opaque_summary"),
+    ],
+)
+def test_real_sessions_show_every_compaction_and_every_trained_output(path, compactions, fidelity):
+    view = load_view(Path(REALWORLD) / path)
+    text = plain(view)
+    assert len(re.findall(r"^segment \d+ · SEAM compaction", text, re.M)) == compactions
+    assert len(re.findall(r"^rewrite: compaction", text, re.M)) == compactions
+    assert f"context_fidelity {fidelity}" in text or f",{fidelity}" in text
+    spans = [s for seg in view.segments for s in seg.spans]
+    opened = re.findall(r"^┌─ call (\d+) · \w+ · (trained|NOT trained)", text, re.M)
+    assert [int(i) for i, _ in opened] == [s["call_index"] for s in spans]
+    assert all(state == "trained" for _, state in opened)
