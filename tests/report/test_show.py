@@ -13,6 +13,7 @@ from rich.console import Console
 
 from judge.attach import executed_output_text
 from pipeline.cli import main
+from pipeline.show.html import render_html
 from pipeline.show.load import load_view
 from pipeline.show.terminal import print_view
 from tests.report import browser
@@ -150,8 +151,14 @@ REALWORLD = os.environ.get("SEAM_REALWORLD_DIR")
         ("codex/agentv_rollout-00-34f597b72d-1.jsonl", 2, "opaque_summary"),
     ],
 )
-def test_real_sessions_show_every_compaction_and_every_trained_output(path, compactions, fidelity):
+def test_real_sessions_show_every_compaction_and_every_trained_output(
+    path, compactions, fidelity, tmp_path
+):
     view = load_view(Path(REALWORLD) / path)
+    page = tmp_path / "page.html"
+    page.write_text(render_html(view))
+    dom, console = browser.load(page.as_uri(), tmp_path)
+    assert console == [] and dom.count('<details class="seam"') == compactions
     text = plain(view)
     assert len(re.findall(r"^segment \d+ · SEAM compaction", text, re.M)) == compactions
     assert len(re.findall(r"^rewrite: compaction", text, re.M)) == compactions
