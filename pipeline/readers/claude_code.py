@@ -121,16 +121,20 @@ class ClaudeCodeReader(Reader):
     ) -> None:
         """A record whose ``parentUuid`` is in none of the session's files: before the
         conversation's first message the file is a slice (the session began earlier);
-        after it a record was lost, unless the record is a tool result whose call is
-        there (Claude Code links such results to a record it does not always write)."""
-        # A compact boundary starts a new chain; logicalParentUuid links it to the old one.
-        parent = rec.get("parentUuid") or rec.get("logicalParentUuid")
+        after it, at a user or assistant record, a record was lost. Claude Code does not
+        write every record it links to: ``progress`` and ``system`` records (hooks, the
+        compact boundary's ``logicalParentUuid``) and tool results (linked to the whole
+        response) may point to records never written (measured on 135 real files), so
+        those are not evidence of a loss; a tool result whose call is missing is."""
+        parent = rec.get("parentUuid")
         if parent is None or str(parent) in known or rec.get("type") is None:
             return
         key = self._thread_key(rec, thread_of)
         thread = threads.setdefault(key, Thread(key, agent_id=rec.get("agentId")))
         if not thread.entries:
             thread.note_slice(f"@{line}: parentUuid {parent} is in none of the given files")
+            return
+        if rec.get("type") not in ("user", "assistant"):
             return
         message = rec.get("message") if isinstance(rec.get("message"), dict) else {}
         content = message.get("content")

@@ -214,7 +214,7 @@ def merged_records(
     loaded.sort(key=lambda item: item[:4])
     records, where, seen = [], [], set()
     for *_, path, recs in loaded:
-        for line, rec, error, raw in recs:
+        for line, rec, error, raw in _unglued(recs):
             key = identity(rec, raw) if rec else None
             if key is not None and key in seen:
                 rec, error, raw = None, REPEAT_REASON, REPEAT
@@ -223,6 +223,32 @@ def merged_records(
             where.append((str(path), line))
             records.append((len(where) - 1, rec, error, raw))
     return records, where
+
+
+def _unglued(recs: list) -> Iterator[tuple]:
+    """Records, with a line that holds several whole JSON objects back to back (two
+    writers raced on the file; seen in real Claude Code snapshots) read as those
+    records: nothing in it is lost, so it is not damage. Anything else stays an error."""
+    for line, rec, error, raw in recs:
+        parts = _documents(raw) if error and raw else None
+        if parts is None:
+            yield line, rec, error, raw
+        else:
+            yield from ((line, part, None, text) for part, text in parts)
+
+
+def _documents(raw: str) -> list[tuple[dict, str]] | None:
+    decoder, text, at, parts = json.JSONDecoder(), raw.strip(), 0, []
+    while at < len(text):
+        try:
+            obj, end = decoder.raw_decode(text, at)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict):
+            return None
+        parts.append((obj, text[at:end]))
+        at = end
+    return parts if len(parts) > 1 else None
 
 
 def located(item, where: list[tuple[str, int | None]], name_file: bool):

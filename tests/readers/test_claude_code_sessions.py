@@ -125,8 +125,9 @@ def test_a_lone_slice_is_kept_and_flagged_and_joined_it_is_not(tmp_path):
         # the assistant line with the tool call: its result (now an orphan, skipped) has
         # no parent, so the first event affected is the next call
         (2, "msg_B", "line 2: parentUuid a1 (the record before it) is missing"),
-        # a text-only assistant line: the compact boundary's logical parent is gone
-        (4, "cb1", "line 4: parentUuid a2 (the record before it) is missing"),
+        # a tool result line: the next assistant record's parent is gone (and the call
+        # gets the placeholder result Claude Code would send)
+        (3, "toolu_1:no-result", "line 3: parentUuid r1 (the record before it) is missing"),
     ],
 )
 def test_a_lost_line_is_named_from_the_first_event_it_affects(tmp_path, drop, event_id, detail):
@@ -228,3 +229,14 @@ def test_a_codex_session_in_two_files_is_one_rollout_as_the_whole_file(tmp_path)
 
 def _without_ids(events: list[tuple]) -> list[tuple]:
     return [e if e[0] == "rewrite" else (e[0], *e[2:]) for e in events]
+
+
+def test_two_records_glued_on_one_line_are_both_read_not_damage(tmp_path):
+    """Real snapshot files hold lines with two whole records back to back (a write
+    race): both are read, nothing is lost; a line cut in the middle stays damage."""
+    lines = _lines("compact_auto.jsonl")
+    glued = _write(tmp_path / "s.jsonl", [*lines[:2], lines[2].rstrip("\n") + lines[3], *lines[4:]])
+    (rollout,), rejected, _ = read("claude-code", glued)
+    (whole,), _, _ = read("claude-code", fixture("claude_code", "compact_auto.jsonl"))
+    assert rejected == [] and shape(rollout) == shape(whole)
+    assert rollout.meta["fidelity"] == whole.meta["fidelity"]
