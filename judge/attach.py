@@ -20,6 +20,7 @@ match its rollout is reported, never silently dropped):
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -74,7 +75,7 @@ class Rejection:
 
 
 def attach(
-    rollout: Rollout, extra: list[tuple[Correction, str]] = ()
+    rollout: Rollout, extra: Sequence[tuple[Correction, str]] = ()
 ) -> tuple[Rollout, list[Rejection]]:
     """The rollout with every fitting correction (embedded ones first, then ``extra`` —
     (correction, origin) pairs from a corrections file) and the rejected ones."""

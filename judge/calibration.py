@@ -95,7 +95,7 @@ def attribute(findings: list[Finding], comps: list[Compaction]) -> dict[str, set
     fired: dict[str, set[str]] = {c.message_id: set() for c in comps}
     bounds = [
         (
-            (c.summary_call or c.opens).index if (c.summary_call or c.opens) else 1 << 30,
+            call.index if (call := c.summary_call or c.opens) else 1 << 30,
             c,
         )
         for c in comps

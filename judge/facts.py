@@ -213,7 +213,7 @@ def classify(call: ToolCall) -> Op:
     if name in _SUBMIT_TOOLS:
         return Op("submit", call.name, tuple(paths), (), None, signature)
     if paths and editor_cmd in _EDITOR_READ | _EDITOR_WRITE:  # str_replace_editor style
-        kind = "read" if editor_cmd in _EDITOR_READ else "write"
+        kind: OpKind = "read" if editor_cmd in _EDITOR_READ else "write"
         return Op(
             kind, call.name, tuple(paths), tuple(paths) if kind == "write" else (), None, signature
         )
@@ -222,12 +222,13 @@ def classify(call: ToolCall) -> Op:
     )
     if command is not None and any(s in name for s in _SHELL_TOOLS):
         return _classify_shell(call.name, command, signature)
-    for kind, words in (
+    words_of_kind: tuple[tuple[OpKind, tuple[str, ...]], ...] = (
         ("write", ("write", "edit", "patch", "replace", "create", "insert", "apply")),
         ("read", ("read", "view", "open", "cat", "get_file")),
         ("search", ("grep", "search", "find", "glob", "list", "ls")),
         ("test", ("test",)),
-    ):
+    )
+    for kind, words in words_of_kind:
         if any(w in name for w in words):
             return Op(
                 kind,

@@ -116,6 +116,7 @@ def trim_dangling_call(rollout: Rollout) -> Rollout | None:
     if last_at is None:
         return None
     last = rollout.events[last_at]
+    assert isinstance(last, MessageEvent)  # found as an assistant message above
     pending = [
         tc
         for tc in last.tool_calls

@@ -243,7 +243,8 @@ def _incomplete_from(rollout: Rollout, position: dict[str, int]) -> int:
     at = len(position) + 1
     for entry in entries:
         if isinstance(entry, dict) and entry.get("reason") in INCOMPLETE_HISTORY:
-            where = position.get(entry.get("event_id")) if entry.get("event_id") else 0
+            event_id = entry.get("event_id")
+            where = position.get(event_id) if event_id else 0
             at = min(at, 0 if where is None else where)
     return at
 

@@ -96,7 +96,7 @@ def candidates(rollout: Rollout, every_call: bool = False) -> list[Candidate]:
             continue
         if comp.summary_call is not None:
             view = comp.summary_call
-            types = ("trigger", "state") if comp.policy_chose else ("state",)
+            types: tuple[str, ...] = ("trigger", "state") if comp.policy_chose else ("state",)
             found.append(
                 Candidate(
                     view.index, view.context, view.message, types, tuple(hints.get(view.index, ()))
@@ -115,7 +115,7 @@ def candidates(rollout: Rollout, every_call: bool = False) -> list[Candidate]:
         if view.index in taken:
             continue
         if view.index in first_after:
-            types: tuple[str, ...] = ("continuation",)
+            types = ("continuation",)
             kinds = ("continuation/",)
         elif every_call and can_compact and view.message.call_kind == "action":
             types, kinds = ("trigger",), ("trigger/",)
@@ -143,7 +143,8 @@ def build_messages(rollout: Rollout, cand: Candidate, max_context_chars: int) ->
     """The judge's prompt: the call's live context (head and most recent tail when it is
     longer than ``max_context_chars``), then the step and the questions."""
     shown = [render_message(m) for m in cand.context]
-    kept_head, kept_tail, budget = shown[:2], [], max_context_chars - sum(map(len, shown[:2]))
+    kept_head, budget = shown[:2], max_context_chars - sum(map(len, shown[:2]))
+    kept_tail: list[str] = []
     for text in reversed(shown[2:]):
         if len(text) > budget:
             break

@@ -148,12 +148,14 @@ def split_summary(text: str) -> tuple[str, str | None]:
 
 
 def is_concrete(step: str | None) -> bool:
-    return bool(step) and bool(paths_in(step) or test_names_in(step) or _CONCRETE_RE.search(step))
+    if not step:
+        return False
+    return bool(paths_in(step) or test_names_in(step) or _CONCRETE_RE.search(step))
 
 
 def says_none_needed(step: str | None) -> bool:
     """The next step says nothing is left to do."""
-    return bool(step) and bool(_NONE_NEEDED_RE.search(step))
+    return bool(step) and bool(_NONE_NEEDED_RE.search(step or ""))
 
 
 @dataclass
@@ -286,7 +288,8 @@ def _wrong_state_claims(state_part: str, state: WorkspaceState) -> list[str]:
 def _object_paths(text: str) -> list[str]:
     """The paths a verb acts on: the path right after it and any joined to it by commas
     or "and" ("edited a.py, b.py and c.py to ..." names three; "... as t.py expects" none)."""
-    found, rest = [], text
+    found: list[str] = []
+    rest = text
     while True:
         match = _LEADING_PATH_RE.match(rest)
         if not match or not paths_in(match.group(1)):

@@ -134,15 +134,17 @@ def workspace_state(messages: Iterable[MessageEvent]) -> WorkspaceState:
         state.verified_after_last_write = False
     state.unverified_writes = writes_since_test
     failing = [s for s in latest_run.values() if s.failed]
-    state.failing_commands = {s.op.command: failed_tests_in(s.result) for s in failing}
+    state.failing_commands = {
+        s.op.command or s.op.tool: failed_tests_in(s.result or "") for s in failing
+    }
     for s in failing:
-        _add(state.errors, error_signatures_in(s.result))
+        _add(state.errors, error_signatures_in(s.result or ""))
     state.key_files = [p for p in state.written if not is_harness_file(p)]
     _add(state.key_files, [p for s in failing for p in s.op.targets])
     opened = [p for s in steps if s.op.kind in ("read", "write") for p in s.op.targets]
     _add(
         state.key_files,
-        [p for s in failing for p in located_paths_in(s.result) if mentions_path(opened, p)],
+        [p for s in failing for p in located_paths_in(s.result or "") if mentions_path(opened, p)],
     )
     task = next((m.content for m in messages if m.role == "user"), "")
     _add(state.key_files, [p for p in paths_in(task) if mentions_path(opened, p)])
@@ -158,11 +160,12 @@ def workspace_state(messages: Iterable[MessageEvent]) -> WorkspaceState:
 def _run_key(op: Op) -> str:
     """Runs of one command: a test run is its runner and what it runs (``pytest -v`` and
     ``pytest`` are one run: a later passing ``pytest`` resolves a failing ``pytest -v``)."""
+    command = op.command or op.tool  # a test tool that is not a shell has no command line
     if op.kind == "test":
         return " ".join(
-            [command_program(op.command), *sorted(op.targets), *sorted(test_names_in(op.command))]
+            [command_program(command), *sorted(op.targets), *sorted(test_names_in(command))]
         )
-    return command_core(op.command)
+    return command_core(command)
 
 
 def _add(into: list[str], items: Iterable[str]) -> None:

@@ -16,6 +16,7 @@ column, to compare with the rebuilt input length (``call_spans[i].start``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from pipeline.segment import CallView, Segment, replay
 from schemas.rollout import MessageEvent, RewriteEvent, Rollout
@@ -93,7 +94,19 @@ def _has_opaque(rollout: Rollout) -> bool:
     return False
 
 
-def segment_fidelity(rollout: Rollout, segments: Sequence[Segment]) -> list[list[str]]:
+class _Span(Protocol):
+    @property
+    def call_index(self) -> int: ...
+
+
+class SpannedSegment(Protocol):
+    """What the fidelity of a segment depends on: which calls it holds."""
+
+    @property
+    def spans(self) -> Sequence[_Span]: ...
+
+
+def segment_fidelity(rollout: Rollout, segments: Sequence[SpannedSegment]) -> list[list[str]]:
     """``context_fidelity`` of each segment: ``["exact"]`` or its sorted reasons.
 
     A reason with an ``event_id`` applies to the segments whose last call comes at or

@@ -148,7 +148,13 @@ def verify_build(
         counts = result.by_rollout[rollout_id]
         if not candidates:
             result.mismatches.append(
-                Mismatch(*group[0][:2], rollout_id, None, "no rollout with this id in the inputs")
+                Mismatch(
+                    group[0][0],
+                    group[0][1],
+                    rollout_id,
+                    None,
+                    "no rollout with this id in the inputs",
+                )
             )
             counts["mismatches"] += 1
         else:
@@ -161,7 +167,9 @@ def verify_build(
             try:
                 found = _RolloutCheck(rollout, renderer, options).run(group)
             except TemplateError as exc:  # the build rendered it, so this is a mismatch too
-                found = [Mismatch(*group[0][:2], rollout_id, None, f"cannot render: {exc}")]
+                found = [
+                    Mismatch(group[0][0], group[0][1], rollout_id, None, f"cannot render: {exc}")
+                ]
             result.mismatches.extend(found)
             counts["mismatches"] += len(found)
         counts["rows"] += len(group)
@@ -289,9 +297,9 @@ def iter_input_rollouts(
                     if wanted is None or rollout.rollout_id in wanted:
                         yield rollout
         else:
-            for _, rollout, _, _ in iter_task_records(Task(0, str(path), file_format)):
-                if rollout is not None and (wanted is None or rollout.rollout_id in wanted):
-                    yield rollout
+            for _, read, _, _ in iter_task_records(Task(0, str(path), file_format)):
+                if read is not None and (wanted is None or read.rollout_id in wanted):
+                    yield read
 
 
 # A "rollout_id" key and its JSON string value (a parent_rollout_id never matches: the
@@ -428,8 +436,8 @@ class _RolloutCheck:
                 end -= 1  # the template's end-of-turn token: never sampled
             expected[start:end] = 1
         if m.logprobs is not None and row["logprobs"] is not None and train:
-            have = np.asarray(row["logprobs"][start : start + length], dtype=np.float32)
-            if not np.array_equal(have, np.asarray(m.logprobs, dtype=np.float32)):
+            stored = np.asarray(row["logprobs"][start : start + length], dtype=np.float32)
+            if not np.array_equal(stored, np.asarray(m.logprobs, dtype=np.float32)):
                 yield f"{name}: logprobs at the span differ from the logged ones"
 
     def _same_text(self, have: str, want: str) -> bool:

@@ -96,6 +96,11 @@ def read_segments(shards_dir: str | Path) -> list[Segment]:
             ]
         ).to_pylist()
         for row, tokens, mask, lp in zip(meta, ids, masks, logprobs):
+            if tokens is None or mask is None:
+                raise ValueError(
+                    f"{path}: rollout {row['rollout_id']} segment {row['segment_index']}: "
+                    "input_ids or loss_mask is null"
+                )
             if mask.shape != tokens.shape or (lp is not None and lp.shape != tokens.shape):
                 raise ValueError(
                     f"{path}: rollout {row['rollout_id']} segment {row['segment_index']}: "
@@ -123,7 +128,7 @@ def read_segments(shards_dir: str | Path) -> list[Segment]:
                     int(row["rollout_trainable_tokens"]),
                 )
             )
-    first_seen = {}
+    first_seen: dict[str, int] = {}
     for seg in segments:
         first_seen.setdefault(seg.rollout_id, len(first_seen))
     return sorted(segments, key=lambda s: (first_seen[s.rollout_id], s.segment_index))
@@ -144,7 +149,9 @@ def plan_steps(
     """
     steps, cursor = [], 0
     for _ in range(num_steps):
-        step, rollouts, tokens = [], set(), 0
+        step: list[Segment] = []
+        rollouts: set[str] = set()
+        tokens = 0
         while len(step) < len(segments):  # never the same segment twice in one step
             seg = segments[cursor % len(segments)]
             full = seg.rollout_id not in rollouts and len(rollouts) == rollouts_per_step

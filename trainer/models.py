@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +30,12 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
 )
 # Qwen2-style shapes: "tiny" for CPU tests and demos, "0.5b" is Qwen2.5-0.5B's geometry.
-PRESETS = {
+# A transformers causal LM (``PreTrainedModel``): its submodules and config
+# (``base_model``, ``config.hidden_size``, ``get_output_embeddings``) are resolved at
+# run time, which torch's ``nn.Module`` typing cannot express.
+CausalLM = Any
+
+PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         hidden_size=64,
         intermediate_size=128,
@@ -54,7 +60,7 @@ def qwen2_config(preset: str, vocab_size: int):
         vocab_size=vocab_size,
         max_position_embeddings=32768,
         tie_word_embeddings=True,
-        rope_theta=1_000_000.0,
+        rope_theta=1_000_000.0,  # type: ignore[call-arg]  # accepted through **kwargs
         **PRESETS[preset],
     )
 
@@ -87,19 +93,19 @@ def build_tiny_model(out_dir: str | Path, preset: str = "tiny", seed: int = 0) -
     return out
 
 
-def load_policy(model_dir: str | Path, device: torch.device) -> nn.Module:
+def load_policy(model_dir: str | Path, device: torch.device) -> CausalLM:
     from transformers import AutoModelForCausalLM
 
     # fp32 master weights: at lr 2e-6 a bf16 weight would round most updates away; bf16
     # is used for compute through autocast instead.
-    model = AutoModelForCausalLM.from_pretrained(
+    model: CausalLM = AutoModelForCausalLM.from_pretrained(
         str(model_dir), local_files_only=True, dtype=torch.float32
     )
     return model.to(device).train()
 
 
 def policy_hidden(
-    policy: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor
+    policy: CausalLM, input_ids: torch.Tensor, position_ids: torch.Tensor
 ) -> torch.Tensor:
     """Last hidden states ``[L, H]`` of one packed row."""
     out = policy.base_model(
@@ -121,7 +127,7 @@ def _chunk_logprobs(
 
 
 def token_logprobs(
-    policy: nn.Module,
+    policy: CausalLM,
     hidden: torch.Tensor,
     targets: torch.Tensor,
     with_entropy: bool = False,
@@ -151,7 +157,7 @@ def token_logprobs(
 class Critic(nn.Module):
     """Base model of the policy's architecture plus a scalar head: ``V = w·h + b``."""
 
-    def __init__(self, backbone: nn.Module):
+    def __init__(self, backbone: CausalLM):
         super().__init__()
         self.backbone = backbone
         self.value_head = nn.Linear(backbone.config.hidden_size, 1)

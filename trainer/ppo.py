@@ -34,7 +34,7 @@ from trainer.batching import MicroBatch, Segment, pack
 from trainer.flops import ModelShape
 from trainer.gae import DEFAULT_ALPHA, LAMBDA_RULES, cross_trajectory_gae, segment_lambda
 from trainer.losses import approx_kl, clipped_surrogate, clipped_value_loss, token_level
-from trainer.models import Critic, copy_tokenizer, policy_hidden, token_logprobs
+from trainer.models import CausalLM, Critic, copy_tokenizer, policy_hidden, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -138,9 +138,7 @@ def evaluating(*modules: torch.nn.Module):
 
 
 class PPOTrainer:
-    def __init__(
-        self, policy: torch.nn.Module, critic: Critic, config: PPOConfig, device: torch.device
-    ):
+    def __init__(self, policy: CausalLM, critic: Critic, config: PPOConfig, device: torch.device):
         self.policy, self.critic, self.config, self.device = policy, critic, config, device
         fused = device.type == "cuda"  # one kernel for the whole update instead of one per tensor
         self.policy_opt = torch.optim.AdamW(
@@ -195,6 +193,7 @@ class PPOTrainer:
 
     def _fill_advantages(self, p: PreparedBatch, segments: list[Segment]) -> None:
         positions = p.positions.cpu().numpy()
+        assert p.old_values is not None  # filled by the critic pass (step 2)
         values = p.old_values.float().cpu().numpy()
         advantages = np.zeros_like(values, dtype=np.float64)
         returns = np.zeros_like(values, dtype=np.float64)
@@ -226,6 +225,7 @@ class PPOTrainer:
         for p in prepared:
             with self.autocast():
                 values = self.critic(p.input_ids, p.position_ids, p.positions)
+            assert p.old_values is not None and p.returns is not None  # steps 2-3
             loss = token_level(
                 clipped_value_loss(values, p.old_values, p.returns, self.config.value_clip),
                 total_trainable,
@@ -252,6 +252,7 @@ class PPOTrainer:
                     logp, entropy = token_logprobs(
                         self.policy, hidden, p.targets, with_entropy=True
                     )
+                assert p.advantages is not None  # step 3
                 per_token, clipped = clipped_surrogate(
                     logp, p.old_logprobs, p.advantages, self.config.clip_eps
                 )
@@ -261,6 +262,7 @@ class PPOTrainer:
                 sums["policy_loss"] += loss.item()
                 sums["clipped"] += clipped.sum().item()
                 sums["approx_kl"] += approx_kl(logp.detach(), p.old_logprobs).sum().item()
+                assert entropy is not None  # asked for with_entropy=True
                 sums["entropy"] += entropy.sum().item()
         if update:
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.max_grad_norm)
@@ -294,7 +296,7 @@ class PPOTrainer:
         seconds = time.perf_counter() - started
         self.steps_done += 1
 
-        advantages = torch.cat([p.advantages for p in prepared])
+        advantages = torch.cat([p.advantages for p in prepared if p.advantages is not None])
         return StepMetrics(
             step=self.steps_done,
             policy_updated=update_policy,

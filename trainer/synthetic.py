@@ -69,6 +69,7 @@ def rollout_rows(
                     )
                 ],
                 num_compactions=len(shapes) - 1,
+                num_context_edits=0,
                 seam_kind="none" if s == 0 else "compaction",
                 seam_trigger=None if s == 0 else "budget",
                 drift_realigned=0,

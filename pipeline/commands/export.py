@@ -25,7 +25,7 @@ def run(args) -> int:
             f"that ({result.dropped_trainable_tokens:,} trainable tokens)"
         )
     print("rows and trainable tokens kept at each maximum length (rows longer are left out):")
-    for r in result.lengths:
+    for r in result.lengths or []:
         print(
             f"  {r['max_length']:>7,}: {r['rows']:>8,} rows ({r['rows_share']:6.1%})  "
             f"{r['trainable_tokens']:>12,} trainable tokens ({r['trainable_share']:6.1%})"

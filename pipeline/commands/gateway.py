@@ -7,7 +7,9 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pipeline.errors import UsageError
 
@@ -96,7 +98,7 @@ def run(args) -> int:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:
             raise UsageError(f"--api-key-env {args.api_key_env}: that variable is not set")
-    judge_factory = None
+    judge_factory: Callable[[Any], Any] | None = None
     if args.judge == "rules":
         judge_factory = lambda client: RuleJudge()  # noqa: E731
     elif args.judge:

@@ -65,7 +65,7 @@ def _plan(spec: str, fmt: str, resolve_inputs) -> list[tuple[Path, str, str | No
     from pipeline.readers.detect import FormatError
 
     walked = Path(spec).expanduser().is_dir()
-    planned = []
+    planned: list[tuple[Path, str, str | None]] = []
     for path in resolve_inputs([spec]):
         if fmt != "auto":
             planned.append((path, fmt, None))

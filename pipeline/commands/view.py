@@ -17,7 +17,7 @@ def run(args) -> int:
         raise UsageError(
             f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}; try --port 0"
         ) from None
-    host, port = server.server_address[:2]
+    host, port = str(server.server_address[0]), server.server_address[1]
     print(
         f"serving {args.dir} read-only at http://{host}:{port}/ — press Ctrl-C to stop", flush=True
     )

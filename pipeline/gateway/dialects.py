@@ -252,6 +252,8 @@ def anthropic_sse(message: dict) -> list[bytes]:
     events = [_sse({"type": "message_start", "message": start}, "message_start")]
     for index, block in enumerate(message["content"]):
         kind = block["type"]
+        first: dict[str, Any]
+        delta: dict[str, Any]
         if kind == "text":
             first, delta = (
                 {"type": "text", "text": ""},
@@ -336,7 +338,7 @@ def responses_to_openai(body: dict) -> dict:
             raise DialectError(f"{where}: an item is not an object")
         kind = item.get("type", "message")
         if kind == "message":
-            role = _RESPONSES_ROLES.get(item.get("role"))
+            role = _RESPONSES_ROLES.get(item.get("role") or "")
             if role is None:
                 raise DialectError(f"{where}: role {item.get('role')!r} is not supported")
             msg: dict[str, Any] = {

@@ -357,7 +357,7 @@ class Gateway:
 
         candidate = dict(response["choices"][0].get("message") or {})
         line = len(session.calls) + 1
-        pending = {"session_id": session.rollout_id, "task_id": session.task_id}
+        pending: dict[str, Any] = {"session_id": session.rollout_id, "task_id": session.task_id}
         pending |= {"request": body, "response": response, "seam": seam}
         items = list(
             ChatCompletionsReader()._rollout(

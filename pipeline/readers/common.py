@@ -267,7 +267,7 @@ def located(item, where: list[tuple[str, int | None]], name_file: bool):
             for f in rollout.meta.get("fidelity") or []
         ]
         events = [_event_located(e, where, name_file) for e in rollout.events]
-        update = {"events": events}
+        update: dict[str, Any] = {"events": events}
         if fidelity:
             update["meta"] = {**rollout.meta, "fidelity": fidelity}
         item = dataclasses.replace(item, rollout=rollout.model_copy(update=update))

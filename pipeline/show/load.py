@@ -51,7 +51,7 @@ def build_rollout_ids(build: Path, where: str | None = None, limit: int | None =
     from pipeline.views import connect
 
     manifest = json.loads((Path(build) / "manifest.json").read_text())
-    ordered = dict.fromkeys(
+    ordered: dict[str, None] = dict.fromkeys(
         i
         for name in manifest["shards"]
         for i in pq.read_table(Path(build) / name, columns=["rollout_id"])[0].to_pylist()
@@ -62,7 +62,7 @@ def build_rollout_ids(build: Path, where: str | None = None, limit: int | None =
             matching = {r[0] for r in connect(build).execute(sql).fetchall()}
         except Exception as exc:  # duckdb's parser and binder errors: one line for the user
             raise ShowError(f"--where {where!r}: {str(exc).splitlines()[0]}") from None
-        ordered = [i for i in ordered if i in matching]
+        return [i for i in ordered if i in matching][:limit]
     return list(ordered)[:limit]
 
 
@@ -100,7 +100,7 @@ def _from_build(build: Path, rollout_id: str | None, where: str | None, tokenize
 
 def _first_rollout(rows: list[dict]) -> list[dict]:
     """The rows of the first rollout with the id (ids may repeat across files)."""
-    out = []
+    out: list[dict] = []
     for row in rows:
         if row["segment_index"] == 0 and out:
             break
