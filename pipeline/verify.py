@@ -145,7 +145,7 @@ def verify_build(
         rollout_id = group[0][2]["rollout_id"]
         candidates = rollouts.get(rollout_id, [])
         source = group[0][2]["source"]
-        counts = result.by_rollout[rollout_id]
+        counts: Counter = Counter()  # this group's (an id may name two rollouts)
         if not candidates:
             result.mismatches.append(
                 Mismatch(
@@ -175,10 +175,9 @@ def verify_build(
         counts["rows"] += len(group)
         counts["spans"] += sum(len(r["call_spans"]) for _, _, r in group)
         counts["trained_tokens"] += sum(int(r["num_trainable_tokens"]) for _, _, r in group)
-        by_source = result.by_source[source]
-        by_source["rollouts"] += 1
-        for key in ("rows", "spans", "trained_tokens", "mismatches"):
-            by_source[key] += counts[key]
+        result.by_rollout[rollout_id].update(counts)
+        result.by_source[source].update(counts)
+        result.by_source[source]["rollouts"] += 1
     return result
 
 

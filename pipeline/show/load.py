@@ -92,6 +92,10 @@ def _from_build(build: Path, rollout_id: str | None, where: str | None, tokenize
     try:
         found = rollouts_from_inputs(manifest, {rollout_id}).get(rollout_id)
         rollout = found[0] if found else None
+        if rollout is not None and manifest.get("kind") == "sft":
+            from judge.sft import rollout_as_built  # calls as the SFT stage numbered them
+
+            rollout = rollout_as_built(rollout, manifest.get("config", {}).get("stage") or {})
         note = None if found else "the rollout is not in the build's inputs"
     except VerifyError as exc:
         note = f"rewrite details, corrections and audit unavailable: {exc}"
