@@ -32,6 +32,9 @@ Old files without ``replacement_history`` are rebuilt the way Codex did: system 
 user messages kept, the summary appended. ``thread_rolled_back`` drops the last
 ``num_turns`` user turns.
 
+The tool definitions Codex sends are not in the log: every rollout's ``meta.fidelity``
+says ``missing_tool_schemas``.
+
 Sessions: each ``session_meta`` id is one rollout. Codex Desktop writes a new
 ``session_meta`` on every resumed turn: a ``session_meta`` whose id was seen before
 continues that session (counted in ``meta.resumed``). ``rollouts_from_records`` does
@@ -248,8 +251,10 @@ class _Session:
         self.turn_starts: set[str] = set()
         self.models: list[str] = []
         self.fidelity: list[dict] = []
-        # Calls of the response in progress: its token_count names its input size.
+        # Calls since the last token_count (which names the input size of the response
+        # they form), and that count's running total (Codex writes some counts twice).
         self.response_calls: list[str] = []
+        self.usage_total: object = None
         self.base_id: str | None = None
         instructions = meta.get("base_instructions") or {}
         text = instructions.get("text") if isinstance(instructions, dict) else instructions
@@ -270,7 +275,6 @@ class _Session:
 
     def append_input(self, m: Msg) -> MessageEvent | None:
         self.flush()
-        self.response_calls = []
         return self.builder.append(m)
 
     def web_search(self, line: int | None) -> None:
@@ -288,12 +292,20 @@ class _Session:
         )
 
     def report_usage(self, info: object) -> None:
-        """``token_count``: the provider's input tokens for the response just ended (set
-        only when that response is one call: a web search splits it into several)."""
+        """``token_count``: the provider's input tokens for the response that ended since
+        the last count. Codex writes it right after the response, or after the outputs
+        of the response's calls (newer versions); a count whose running total did not
+        move repeats the previous one. Set only when that response is one call (a web
+        search splits a response into several)."""
         self.flush()
-        usage = info.get("last_token_usage") if isinstance(info, dict) else None
+        if not isinstance(info, dict):
+            return
+        usage, total = info.get("last_token_usage"), info.get("total_token_usage")
         tokens = usage.get("input_tokens") if isinstance(usage, dict) else None
-        if len(self.response_calls) == 1 and isinstance(tokens, int) and tokens > 0:
+        if total == self.usage_total or not isinstance(tokens, int) or tokens <= 0:
+            return
+        self.usage_total = total
+        if len(self.response_calls) == 1:
             call = self.builder.messages[self.response_calls[0]]
             self.builder.update(call.id, meta={**call.meta, "reported_input_tokens": tokens})
         self.response_calls = []
@@ -507,8 +519,11 @@ def _finish(s: _Session, session_id: str, ids: UniqueNames) -> Iterator[ReadItem
         meta["models"] = s.models
     if s.resumed:
         meta["resumed"] = s.resumed
-    if s.fidelity:
-        meta["fidelity"] = s.fidelity
+    # Codex sends its tool definitions with every request and never logs them.
+    meta["fidelity"] = [
+        _fidelity("missing_tool_schemas", None, "Codex does not log the tools it sends"),
+        *s.fidelity,
+    ]
     parent = s.meta.get("parent_thread_id") or s.meta.get("forked_from_id")
     rollout_id = ids.claim(session_id)
     try:

@@ -129,7 +129,9 @@ def test_two_remote_compactions_are_two_distinct_opaque_items_and_not_a_summary_
         ("L12.1", ENCRYPTED_SUMMARY, "gAAAA-summary-2"),
     ]
     assert all(rw.meta["remote"] is True for rw in rewrites)
-    assert [f["reason"] for f in rollout.meta["fidelity"]] == ["opaque_summary"] * 2
+    assert [f["reason"] for f in rollout.meta["fidelity"]] == ["missing_tool_schemas"] + [
+        "opaque_summary"
+    ] * 2
     # No empty user turn anywhere in any context.
     for view in replay(rollout):
         assert all(m.content.strip() for m in view.context if m.role == "user")
@@ -150,7 +152,7 @@ def test_a_web_search_is_trained_as_a_call_and_its_unrecorded_results_are_opaque
     )
     assert search.meta["tool_kinds"] == {"ws_1": "builtin"}
     assert "builtin_calls" not in search.meta
-    assert rollout.meta["fidelity"] == [
+    assert rollout.meta["fidelity"][1:] == [
         {
             "reason": "opaque_tool_result",
             "event_id": "L5:results",
@@ -299,6 +301,8 @@ def test_real_remote_compactions_are_opaque_and_custom_tools_pass_the_filter():
     for rw in rewrites:
         assert rw.context[-1].content == ENCRYPTED_SUMMARY
         assert rw.context[-1].meta["opaque"] == "encrypted_compaction"
+    # Newer Codex writes token_count after the outputs of the response's calls.
+    assert all("reported_input_tokens" in c.meta for c in rollout.calls())
     kinds = [k for c in rollout.calls() for k in (c.meta.get("tool_kinds") or {}).values()]
     assert kinds.count("custom") == 16
     assert rollout_filter(rollout, FilterOptions(off_task=False)) is None
@@ -307,9 +311,21 @@ def test_real_remote_compactions_are_opaque_and_custom_tools_pass_the_filter():
 def test_segments_after_a_web_search_say_a_tool_result_is_not_in_the_log(renderer):
     rollout = only("codex", fixture("codex", "web_search.jsonl"))
     segments = Segmenter(renderer).segments(rollout)
-    assert segment_fidelity(rollout, segments) == [["opaque_tool_result"]] * len(segments)
+    tools = "missing_tool_schemas"
+    assert segment_fidelity(rollout, segments) == [[tools, "opaque_tool_result"]] * len(segments)
     remote = only("codex", fixture("codex", "compacted_remote_twice.jsonl"))
     segments = Segmenter(renderer).segments(remote)
-    assert segment_fidelity(remote, segments) == [["exact"]] + [["opaque_summary"]] * (
+    assert segment_fidelity(remote, segments) == [[tools]] + [[tools, "opaque_summary"]] * (
         len(segments) - 1
     )
+
+
+def test_every_codex_rollout_says_its_tool_schemas_are_not_in_the_log():
+    rollout = only("codex", fixture("codex", "custom_tool.jsonl"))
+    assert rollout.meta["fidelity"] == [
+        {
+            "reason": "missing_tool_schemas",
+            "event_id": None,
+            "detail": "Codex does not log the tools it sends",
+        }
+    ]
