@@ -144,3 +144,55 @@ def test_replay_grpo_trainer_trains_two_steps(tiny_model, grpo_rows, tmp_path):
     result = trainer.train()
     assert result.global_step == 2 and np.isfinite(result.training_loss)
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+def test_sft_trainer_trains_two_steps_on_the_exact_tokens(tiny_model, sft_build, tmp_path):
+    """As docs/sft.md shows it: the exported rows as they are, ``max_length=None`` (TRL's
+    default of 1,024 would cut long segments), TRL's own collator and trainer."""
+    from trl import SFTConfig, SFTTrainer
+
+    out = tmp_path / "sft"
+    export_build(sft_build, "trl", out, mode="sft")
+    ds = datasets.load_dataset("parquet", data_dir=str(out), split="train")
+    ds = ds.select_columns(["input_ids", "completion_mask", "assistant_masks"])
+    args = SFTConfig(
+        output_dir=str(tmp_path / "run"),
+        max_length=None,
+        per_device_train_batch_size=2,
+        max_steps=2,
+        learning_rate=1e-3,
+        use_cpu=True,
+        report_to=[],
+        bf16=False,
+        save_strategy="no",
+    )
+    trainer = SFTTrainer(model=str(tiny_model), train_dataset=ds, args=args)
+    # TRL's collator trains exactly seam's trainable tokens, shifted by nothing.
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(ds))])
+    expected = sum(sum(r) for r in ds["assistant_masks"])
+    assert int((batch["labels"] != -100).sum()) == expected
+    result = trainer.train()
+    assert result.global_step == 2 and np.isfinite(result.training_loss)
+
+
+def test_dpo_trainer_trains_two_steps_on_the_pairs_config(tiny_model, sft_build, tmp_path):
+    """As docs/sft.md shows it: ``load_dataset(DIR, "pairs")`` and ``max_length=None``
+    (TRL's default of 1,024 tokens would cut most prompts of real pairs)."""
+    from trl import DPOConfig, DPOTrainer
+
+    pairs = datasets.load_dataset(str(sft_build), "pairs", split="train")
+    pairs = pairs.select_columns(["prompt", "chosen", "rejected"])
+    args = DPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_length=None,
+        per_device_train_batch_size=1,
+        max_steps=2,
+        learning_rate=1e-3,
+        use_cpu=True,
+        report_to=[],
+        bf16=False,
+        save_strategy="no",
+    )
+    trainer = DPOTrainer(model=str(tiny_model), train_dataset=pairs, args=args)
+    result = trainer.train()
+    assert result.global_step == 2 and np.isfinite(result.training_loss)
