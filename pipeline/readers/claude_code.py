@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from pipeline.canonical_io import open_text_stream
 from pipeline.readers import Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.claude_code_captures import join_captures
 from pipeline.readers.claude_code_replay import Entry, Thread, thread_rollout
@@ -36,6 +37,7 @@ from pipeline.readers.common import (
 )
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+SESSION_SCAN_BYTES = 1 << 24  # how far planning looks for a file's sessionId
 _SESSION_ID = re.compile(rb'"sessionId"\s*:\s*"([^"]+)"')
 
 MESSAGE_TYPES = {"user", "assistant", "system"}
@@ -69,11 +71,11 @@ class ClaudeCodeReader(Reader):
         stem = path.name.split(".")[0]
         if _UUID.fullmatch(stem):
             return stem
-        for line in head.split(b"\n")[:200]:
-            found = _SESSION_ID.search(line)
-            if found:
-                return found.group(1).decode()
-        return None
+        found = _SESSION_ID.search(head)
+        if found is None:  # a long first record (a file-history snapshot): read on
+            with open_text_stream(path) as fh:
+                found = _SESSION_ID.search(fh.read(SESSION_SCAN_BYTES))
+        return found.group(1).decode() if found else None
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         yield from self.read_files([path])

@@ -240,3 +240,13 @@ def test_two_records_glued_on_one_line_are_both_read_not_damage(tmp_path):
     (whole,), _, _ = read("claude-code", fixture("claude_code", "compact_auto.jsonl"))
     assert rejected == [] and shape(rollout) == shape(whole)
     assert rollout.meta["fidelity"] == whole.meta["fidelity"]
+
+
+def test_the_session_of_a_file_is_found_past_a_long_first_record(tmp_path):
+    """Planning reads a 64 KiB head; a file-history snapshot can be longer than that."""
+    from pipeline.readers.common import read_head
+
+    snapshot = json.dumps({"type": "file-history-snapshot", "snapshot": {"x": "y" * 100_000}})
+    path = _write(tmp_path / "full.jsonl", [snapshot + "\n", *_lines("compact_auto.jsonl")])
+    assert b"sessionId" not in read_head(path)
+    assert READER.session_key(path, read_head(path)) == SESSION
