@@ -15,6 +15,7 @@ from pipeline.show.model import (
     RolloutView,
     attach_rewrites,
     call_notes,
+    mark_drift,
     message_texts,
     segment_view,
 )
@@ -184,6 +185,9 @@ def _view(rows: list[dict], renderer, rollout: Rollout | None, origin: str, note
     if rollout is not None:
         attach_rewrites(segments, rollout)
     spans = [s for seg in segments for s in seg.spans]
+    notes = call_notes(rollout, spans)
+    if rollout is not None:
+        mark_drift(notes, segments, rollout, renderer)
     first = rows[0] if rows else {}
     reward = first.get("reward")
     return RolloutView(
@@ -192,7 +196,7 @@ def _view(rows: list[dict], renderer, rollout: Rollout | None, origin: str, note
         source=first.get("source", ""),
         reward=None if reward is None or reward != reward else float(reward),
         segments=segments,
-        calls=call_notes(rollout, spans),
+        calls=notes,
         origin=origin,
         decode=renderer.decode,
         names=message_texts(rollout),

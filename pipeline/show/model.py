@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.render import ChatRenderer
+from pipeline.render import ChatRenderer, template_message
 from pipeline.segment import replay
 from schemas.rollout import MessageEvent, Rollout
 
@@ -72,6 +72,7 @@ class CallNote:
     message_id: str
     corrections: list[dict] = field(default_factory=list)  # original vs replacement
     audit: dict | None = None  # summary-audit findings of a summary call
+    drift: str | None = None  # how a realigned re-tokenization drift differs
 
 
 @dataclass
@@ -185,6 +186,31 @@ def call_notes(rollout: Rollout | None, spans: list[dict]) -> dict[int, CallNote
         if a.call_index in notes:
             notes[a.call_index].audit = a.as_struct()
     return notes
+
+
+def mark_drift(
+    notes: dict[int, CallNote], segments: list[SegmentView], rollout: Rollout, renderer
+) -> None:
+    """Name the outputs a segment realigned: logged ids the template's history re-tokenizes
+    differently (the segment keeps, and trains, the sampled ids)."""
+    calls = replay(rollout)
+    tools = rollout.tools or None
+    for seg in segments:
+        if not seg.drift_realigned:
+            continue
+        for span in seg.spans[:-1]:  # drift shows in the input of the call after it
+            call = calls[span["call_index"]]
+            sampled = call.message.output_ids
+            if sampled is None:
+                continue
+            context = [template_message(m) for m in call.context]
+            text = renderer.output_text(template_message(call.message), tools, context)[0]
+            again = renderer.encode(text).tolist()
+            if again != list(sampled):
+                notes[call.index].drift = (
+                    f"drift realigned: sampled as {len(sampled)} ids, history re-tokenizes the "
+                    f"same text as {len(again)}; the sampled ids are kept and trained"
+                )
 
 
 def attach_rewrites(segments: list[SegmentView], rollout: Rollout) -> None:

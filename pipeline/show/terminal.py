@@ -85,7 +85,7 @@ def call_open(note: CallNote | None, span: dict) -> str:
 def note_lines(note: CallNote | None) -> list[str]:
     if note is None:
         return []
-    lines = []
+    lines = [f"  {note.drift}"] if note.drift else []
     for c in note.corrections:
         lines.append(
             f"  correction ({c['type']}, {c['verdict']}): {c.get('rationale') or ''}".rstrip()

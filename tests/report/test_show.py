@@ -167,3 +167,17 @@ def test_real_sessions_show_every_compaction_and_every_trained_output(
     opened = re.findall(r"^┌─ call (\d+) · \w+ · (trained|NOT trained)", text, re.M)
     assert [int(i) for i, _ in opened] == [s["call_index"] for s in spans]
     assert all(state == "trained" for _, state in opened)
+
+
+def test_realigned_drift_is_named_on_the_call_it_happened_to(renderer):
+    from pipeline.show.load import view_of_rollout
+    from tests.report.conftest import one_compaction
+    from tests.strategies import log_token_ids
+
+    rollout = log_token_ids(one_compaction("drift").build(reward=1.0), renderer, "noncanonical", 3)
+    view = view_of_rollout(rollout)
+    assert sum(s.drift_realigned for s in view.segments) == 2
+    text = plain(view)
+    named = re.findall(r"└─ call (\d+)\n  drift realigned: sampled as (\d+) ids", text)
+    assert [int(i) for i, _ in named] == [0, 2]  # the first call of each of the 2 segments
+    assert "drift realigned ×1" in text
