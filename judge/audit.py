@@ -127,6 +127,8 @@ def aggregate(audits: list[dict]) -> dict:
         "contradiction_rate": rate(lambda a: a["contradictions"]),
         "wrong_state_rate": rate(lambda a: a["wrong_state"]),
         "invented_path_rate": rate(lambda a: a["invented_paths"]),
+        # Summaries after an incomplete history (a slice): invented paths are not judged.
+        "history_incomplete": sum(1 for a in audits if a.get("history_complete") is False),
         "omitted_by_kind": dict(
             sorted(Counter(o["kind"] for a in audits for o in a["omitted"]).items())
         ),

@@ -45,6 +45,9 @@ def test_aggregate_rates_are_shares_of_summaries():
     assert agg["next_step_omission_rate"] == 0.25  # "submit" is a concrete (if contradictory) step
     assert agg["self_consistency_violation_rate"] == 0.25
     assert agg["omitted_by_kind"] == {"test_name": 1}
+    assert agg["history_incomplete"] == 0
+    sliced = [{**audits[0], "history_complete": False}, *audits[1:]]
+    assert aggregate(sliced)["history_incomplete"] == 1
 
 
 def test_a_summary_inserted_by_a_rewrite_is_audited_too():
