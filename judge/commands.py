@@ -227,12 +227,19 @@ def run_audit(args) -> int:
     if len(args.inputs) == 1 and (target / "manifest.json").exists():
         records = _audits_from_shards(target)
     else:
+        from pipeline.fidelity import damage
+
         rejected: Counter = Counter()
         records = []
         for rollout in iter_input_rollouts(args.inputs, args.format, rejected):
+            if damage(rollout) and not args.keep_damaged:  # as the builds quarantine it
+                rejected[f"{rollout.rollout_id}: damaged log (--keep-damaged audits it)"] += 1
+                continue
             records += [
                 {"rollout_id": a.rollout_id, **a.as_struct()} for a in audit_rollout(rollout)
             ]
+        for reason, n in sorted(rejected.items()):
+            print(f"skipped {n} rollout(s) or record(s): {reason}", file=sys.stderr)
     if args.out:
         with _open_out(args.out) as out:
             for record in records:
@@ -382,6 +389,12 @@ def register(sub) -> None:
     )
     a.add_argument(
         "--json", action="store_true", help="Print the aggregate as JSON instead of a table."
+    )
+    a.add_argument(
+        "--keep-damaged",
+        action="store_true",
+        help="Also audit rollouts with lost or undecodable records (the builds quarantine them "
+        "unless --keep-damaged; by default the audit skips them too, so it agrees with a build).",
     )
     a.set_defaults(func=run_audit)
 

@@ -283,3 +283,15 @@ def test_real_slice_build_carries_the_audit_seam_audit_finds_in_the_raw_file(tmp
     assert from_shards[0]["message_id"] == from_raw[0]["message_id"]
     assert from_shards[0]["history_complete"] is False  # a slice: invented paths not judged
     assert from_shards[0]["invented_paths"] == []
+
+
+@needs_real
+def test_seam_audit_skips_damaged_logs_as_the_build_does(capsys):
+    from pipeline.cli import main
+
+    assert main(["audit", str(REAL / "claude_code"), "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["summaries"] == 6  # the six real compactions
+    assert "ses_stage0_small/sidechain-sys1: damaged log" in out.err
+    assert main(["audit", str(REAL / "claude_code"), "--json", "--keep-damaged"]) == 0
+    assert json.loads(capsys.readouterr().out)["summaries"] == 7
