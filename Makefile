@@ -77,7 +77,7 @@ train-step: build-rl-shards out/tiny-model/config.json
 
 ## One self-contained HTML page (plots + standard tables) about out/rl
 report: build-rl-shards
-	$(BIN)/seam report out/rl --html out/report.html
+	$(BIN)/seam report out/rl --html out/report.html --overwrite
 
 ## Long robustness run: 300 random examples per fuzz test, 40 SIGKILLs, 7 disk-full sizes (~10 min)
 fuzz: $(STAMP)

@@ -12,8 +12,10 @@ of the same text would flatter a build that remembers encoded text.
    on append-only rollouts of 25/50/100/200 calls;
 3. the token-in/token-out path: tokens per second on one core;
 4. scaling: 1× vs 8× input (time ratio and peak RSS), 2 workers vs 1;
-5. the Ray engine vs the local engine;
-6. ``seam gateway``: added latency per call and calls/s versus straight to an engine stub.
+5. calls per segment: the build stage on one rollout of 1 k vs 10 k calls in one
+   segment (time ratio; linear is ≤ 10×, a cost quadratic in calls is ~100×);
+6. the Ray engine vs the local engine;
+7. ``seam gateway``: added latency per call and calls/s versus straight to an engine stub.
 
 Prints a table and writes ``out/bench.json``.
 """
@@ -278,6 +280,22 @@ def bench_scaling(held_out: list, work: Path) -> dict:
     }
 
 
+def bench_calls_per_segment(sample, work: Path, sizes: tuple[int, int]) -> dict:
+    """The build stage, one core, on one append-only rollout (one segment) of each size."""
+    timings = []
+    for calls in sizes:
+        src = work / f"calls-{calls}.jsonl"
+        write_canonical_jsonl(append_only(sample, calls, 1), src)
+        timings.append(lambda src=src: on_one_core("stage_seconds", src, src.with_suffix(""))[0])
+    small, big = fastest(*timings)
+    return {
+        "calls": list(sizes),
+        "stage_s": [round(small, 2), round(big, 2)],
+        "time_ratio": round(big / small, 2),
+        "goal": f"<= {sizes[1] // sizes[0]}",
+    }
+
+
 def simulate_held_out(n: int, work: Path) -> list:
     """``n`` fresh rollouts from the simulator, seeded apart from the embedded sample."""
     path = work / "held-out.jsonl"
@@ -361,6 +379,12 @@ def print_table(results: dict) -> None:
         "peak RSS 1× / 8×", f"{s['peak_rss_1x_mb']} / {s['peak_rss_8x_mb']} MB", "flat, <= 1500 MB"
     )
     table.add_row("2 workers speedup", f"{s['speedup_2_workers']}×", ">= 1.8×")
+    c = results["calls_per_segment"]
+    table.add_row(
+        f"{c['calls'][1]:,} / {c['calls'][0]:,} calls in one segment, stage time",
+        f"{c['time_ratio']} ({c['stage_s'][1]} vs {c['stage_s'][0]} s)",
+        c["goal"],
+    )
     r = results["ray"]
     table.add_row(
         "ray engine overhead",
@@ -406,6 +430,9 @@ def main() -> None:
         results["naive_baseline"] = bench_naive(sample, sizes, counts)
         results["token_in_token_out"] = bench_tito(sample[: 8 if args.quick else 64], work)
         results["scaling"] = bench_scaling(held_out, work)
+        results["calls_per_segment"] = bench_calls_per_segment(
+            sample, work, (100, 1000) if args.quick else (1000, 10_000)
+        )
         results["ray"] = bench_ray(held_out[: len(held_out) // 4], work)
     results["gateway"] = bench_gateway(calls=20 if args.quick else 100, repeats=REPEATS)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import sys
 
 from pipeline.errors import UsageError
@@ -48,13 +50,38 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader that left shows up here, not at exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_reader_left():
+            raise  # another pipe broke: its traceback names it
+        return _quiet_exit_after_sigpipe()
     except UsageError as exc:
         print(f"seam {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"seam {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_reader_left() -> bool:
+    """Whether fd 1 is a pipe or socket whose reader is gone (poll reports an error or a
+    hang-up on it)."""
+    poller = select.poll()
+    poller.register(1, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _quiet_exit_after_sigpipe() -> int:
+    """The reader of stdout left (``seam schema | head``): stop quietly with the status of
+    a tool killed by SIGPIPE, 128 + 13. Python ignores SIGPIPE, so the write raised
+    instead; fd 1 is pointed at /dev/null so that the interpreter's final flush of what
+    is still buffered does not raise again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    return 141
 
 
 if __name__ == "__main__":

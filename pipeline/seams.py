@@ -75,9 +75,8 @@ class SegmentBuilder:
     spans: list[CallSpan] = field(default_factory=list)
     drift_realigned: int = 0
     engine: list[np.ndarray] = field(default_factory=list)
+    engine_length: int = 0  # kept, not summed per call: a sum would be O(calls²) per segment
     engine_output_start: int = 0
-    # Message ids rendered so far (the segmenter's message-by-message mode).
-    context_ids: list[str] = field(default_factory=list)
 
     @classmethod
     def opened_by(
@@ -85,8 +84,22 @@ class SegmentBuilder:
     ) -> SegmentBuilder:
         seg = cls(seam_kind, seam_trigger)
         seg.add(prompt)
-        seg.engine = [prompt]
+        seg.set_engine([prompt])
         return seg
+
+    def set_engine(self, chunks: list[np.ndarray]) -> None:
+        self.engine = chunks
+        self.engine_length = sum(len(c) for c in chunks)
+
+    def extend_engine(self, ids: np.ndarray) -> None:
+        self.engine.append(ids)
+        self.engine_length += len(ids)
+
+    def replace_last_output(self, ids: np.ndarray) -> None:
+        """The engine's view of the last output, re-tokenized (drift): the engine's last
+        chunk is that output (``add_call``); the training sequence keeps it as sampled."""
+        self.engine_length += len(ids) - len(self.engine[-1])
+        self.engine[-1] = ids
 
     def add(self, ids: np.ndarray) -> None:
         if len(ids):
@@ -103,8 +116,8 @@ class SegmentBuilder:
     ) -> None:
         """Append a call's output at the end of the sequence and record its span."""
         self.spans.append(CallSpan(call_index, kind, self.length, len(output), truncated, logprobs))
-        self.engine_output_start = sum(len(c) for c in self.engine)
-        self.engine.append(output)
+        self.engine_output_start = self.engine_length
+        self.extend_engine(output)
         self.add(output)
 
     def tokens(self) -> np.ndarray:
@@ -141,7 +154,7 @@ def extension(
     diff = np.flatnonzero(prompt[:m] != have[:m])
     first_mismatch = int(diff[0]) if len(diff) else m
     if first_mismatch == n:
-        seg.engine = [prompt]
+        seg.set_engine([prompt])
         return prompt[n:]
     # Drift is realigned only inside the last assistant turn (its generation prompt
     # and output): an earlier difference is a change of context.
@@ -153,7 +166,7 @@ def extension(
     if consumed is None:
         return None
     seg.drift_realigned += 1
-    seg.engine = [prompt]
+    seg.set_engine([prompt])
     return prompt[first_mismatch + consumed :]
 
 

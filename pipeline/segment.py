@@ -30,6 +30,8 @@ Invariants (docs/design.md, "Seams and segments"):
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +42,60 @@ from pipeline.seams import CallSpan, Segment, SegmentBuilder, extension
 from schemas.kinds import SeamKind
 from schemas.rollout import MessageEvent, RewriteEvent, Rollout
 
-__all__ = ["CallSpan", "CallView", "Segment", "Segmenter", "replay"]
+__all__ = ["CallContext", "CallSpan", "CallView", "Segment", "Segmenter", "replay"]
+
+
+class CallContext(Sequence[MessageEvent]):
+    """The first ``n`` messages of a replay's live list: a call's context, not a copy.
+
+    Between two rewrites the live list only grows, so every call's context is a prefix
+    of it; copying it at each call would cost O(calls²) time and memory in one segment
+    (10 k calls: 10⁸ references). A view costs O(1), and two views of one list whose
+    lengths are ordered are prefixes of each other without comparing a message
+    (``extends``). Reads like a tuple: ``len``, indexing, iteration; slices and ``+``
+    give tuples.
+    """
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list[MessageEvent], n: int):
+        self._items, self._n = items, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self._items[slice(*i.indices(self._n))])
+        if not -self._n <= i < self._n:
+            raise IndexError("context index out of range")
+        return self._items[i % self._n]
+
+    def __iter__(self) -> Iterator[MessageEvent]:
+        return itertools.islice(self._items, self._n)
+
+    def __add__(self, other) -> tuple:
+        return (*self, *other)
+
+    def __radd__(self, other) -> tuple:
+        return (*other, *self)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (CallContext, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"CallContext({len(self)} messages)"
+
+    def extends(self, other: CallContext) -> bool:
+        """Whether ``other`` is a prefix of this context, decided in O(1) when both are
+        views of one live list and in O(len(other)) message ids otherwise."""
+        if len(self) < len(other):
+            return False
+        if self._items is other._items:
+            return True
+        return all(a.id == b.id for a, b in zip(self, other))
 
 
 @dataclass(frozen=True)
@@ -49,7 +104,7 @@ class CallView:
 
     index: int
     message: MessageEvent
-    context: tuple[MessageEvent, ...]
+    context: CallContext
     rewrite: RewriteEvent | None  # the first rewrite since the previous call, if any
 
 
@@ -72,7 +127,7 @@ def replay(rollout: Rollout) -> list[CallView]:
             pending = pending or event
             continue
         if event.role == "assistant":
-            calls.append(CallView(len(calls), event, tuple(live), pending))
+            calls.append(CallView(len(calls), event, CallContext(live, len(live)), pending))
             pending = None
         by_id[event.id] = event
         live.append(event)
@@ -96,12 +151,15 @@ class Segmenter:
         seg: SegmentBuilder | None = None
         prev: CallView | None = None
         prev_out: np.ndarray | None = None
+        # Message-by-message mode: the previous call's context, rendered so far (its
+        # output follows it), or None when that call's input was logged.
+        rendered: CallContext | None = None
         for call in calls:
             if seg is None:
                 seg = self._start(call, pieces, "none", None)
             else:
                 assert prev is not None and prev_out is not None  # set after the first call
-                tail = self._extension(seg, prev, prev_out, call, pieces)
+                tail = self._extension(seg, rendered, prev, prev_out, call, pieces)
                 if tail is None:
                     done.append(seg.finish())
                     kind = call.rewrite.reason if call.rewrite else _unrewritten(call)
@@ -118,10 +176,8 @@ class Segmenter:
                 call.message.finish_reason == "length",
                 None if logprobs is None else np.asarray(logprobs, dtype=np.float32),
             )
-            if self.r.incremental and call.message.prompt_ids is None:
-                seg.context_ids = [m.id for m in call.context] + [call.message.id]
-            else:
-                seg.context_ids = []
+            incremental = self.r.incremental and call.message.prompt_ids is None
+            rendered = call.context if incremental else None
             prev, prev_out = call, out
         if seg is not None:
             done.append(seg.finish())
@@ -150,36 +206,38 @@ class Segmenter:
     def _extension(
         self,
         seg: SegmentBuilder,
+        rendered: CallContext | None,
         prev: CallView,
         prev_out: np.ndarray,
         call: CallView,
         pieces: _PieceCache,
     ) -> np.ndarray | None:
         """The tokens to append before ``call``'s output, or None at a seam."""
-        if seg.context_ids and call.message.prompt_ids is None:
-            known = seg.context_ids
-            now = call.context
-            if len(now) >= len(known) and all(m.id == k for m, k in zip(now, known)):
-                rendered_out = pieces.output(prev)
-                tail = np.concatenate(
-                    [
-                        pieces.trailer(prev),
-                        pieces.context(now[len(known) :], False),
-                        pieces.generation_prompt(),
-                    ]
-                )
-                if prev.message.output_ids is None or np.array_equal(prev_out, rendered_out):
-                    seg.engine.append(tail)
-                    return tail
-                if self.r.decode(prev_out) == self.r.decode(rendered_out):
-                    # History re-renders the sampled output with other ids, same text: realign.
-                    seg.drift_realigned += 1
-                    seg.engine = [
-                        seg.engine_tokens()[: seg.engine_output_start],
-                        rendered_out,
-                        tail,
-                    ]
-                    return tail
+        now = call.context
+        if (
+            rendered is not None
+            and call.message.prompt_ids is None
+            and len(now) > len(rendered)
+            and now.extends(rendered)
+            and now[len(rendered)].id == prev.message.id
+        ):
+            rendered_out = pieces.output(prev)
+            tail = np.concatenate(
+                [
+                    pieces.trailer(prev),
+                    pieces.context(now[len(rendered) + 1 :], False),
+                    pieces.generation_prompt(),
+                ]
+            )
+            if prev.message.output_ids is None or np.array_equal(prev_out, rendered_out):
+                seg.extend_engine(tail)
+                return tail
+            if self.r.decode(prev_out) == self.r.decode(rendered_out):
+                # History re-renders the sampled output with other ids, same text: realign.
+                seg.drift_realigned += 1
+                seg.replace_last_output(rendered_out)
+                seg.extend_engine(tail)
+                return tail
         return extension(seg, self._prompt(call, pieces), self.r, len(self._generation_prompt_ids))
 
 

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pipeline.errors import UsageError
+
+
+def check_destination(html: str, overwrite: bool) -> None:
+    """Refuse, before any work, a FILE whose folder is missing (a typo must not create a
+    tree of folders) or that exists without ``--overwrite``."""
+    path = Path(html)
+    if not path.parent.is_dir():
+        raise UsageError(f"--html {html}: folder {path.parent} does not exist (create it first)")
+    if path.is_dir():
+        raise UsageError(f"--html {html} is a folder; name the HTML file to write")
+    if path.exists() and not overwrite:
+        raise UsageError(f"--html {html} exists; pass --overwrite to replace it")
 
 
 def run(args) -> int:
     from pipeline.report import write_report
     from pipeline.views import BuildDirError
 
+    check_destination(args.html, args.overwrite)
     try:
         plots = write_report(args.dir, args.html)
     except BuildDirError as exc:
@@ -36,6 +51,9 @@ def register(sub) -> None:
         "--html",
         required=True,
         metavar="FILE",
-        help="Where to write the report (e.g. out/report.html).",
+        help="Where to write the report (e.g. out/report.html); its folder must exist.",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="Replace FILE when it exists (default: refuse)."
     )
     p.set_defaults(func=run)

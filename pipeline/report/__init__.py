@@ -85,10 +85,9 @@ def build_report(build_dir: str | Path) -> tuple[str, list[Plot]]:
 
 
 def write_report(build_dir: str | Path, html_path: str | Path) -> list[Plot]:
-    """Write the page to ``html_path`` atomically; returns its plots."""
+    """Write the page to ``html_path`` atomically (its folder must exist); returns its plots."""
     html, plots = build_report(build_dir)
     path = Path(html_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, path)

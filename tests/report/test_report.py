@@ -46,7 +46,7 @@ window.addEventListener("load", () => {
 @pytest.fixture(scope="module")
 def rl_report(rl_build, tmp_path_factory) -> Path:
     """The RL build's report, written once by the command a user runs."""
-    html = tmp_path_factory.mktemp("report") / "nested" / "report.html"
+    html = tmp_path_factory.mktemp("report") / "report.html"
     assert main(["report", str(rl_build), "--html", str(html)]) == 0
     return html
 
@@ -122,3 +122,25 @@ def test_report_says_what_it_could_not_plot(rl_build, tmp_path):
     html, plots = build_report(copy)
     assert [p.key for p in plots if p.png is None] == ["quarantine"]
     assert "Nothing to plot" in html
+
+
+def test_report_refuses_a_missing_folder_and_an_existing_file_without_overwrite(
+    rl_build, rl_report, tmp_path, capsys
+):
+    missing = tmp_path / "no" / "such" / "report.html"
+    assert main(["report", str(rl_build), "--html", str(missing)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == f"seam report: error: --html {missing}: folder {missing.parent} does not exist (create it first)"
+    )
+    assert not (tmp_path / "no").exists()
+
+    existing = tmp_path / "mine.html"
+    existing.write_text("keep me")
+    assert main(["report", str(rl_build), "--html", str(existing)]) == 2
+    assert "pass --overwrite to replace it" in capsys.readouterr().err
+    assert existing.read_text() == "keep me"
+    assert main(["report", str(rl_build), "--html", str(existing), "--overwrite"]) == 0
+    assert existing.read_text() == rl_report.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.html"]  # no temp file left
