@@ -1,47 +1,51 @@
-"""A small client for OpenAI-compatible ``/v1/chat/completions`` endpoints (vLLM, SGLang,
-hosted APIs), written for batch judging: stdlib HTTP only, total-time timeouts, retries
-with exponential backoff on 429/5xx/timeouts/dropped connections (``Retry-After`` is
-honoured), a content-addressed on-disk cache, and token/cost accounting.
+"""A client for OpenAI-compatible ``/v1/chat/completions`` endpoints (vLLM, SGLang, hosted
+APIs), written for batch judging on ``httpx2`` (HTTP) and ``tenacity`` (retries).
 
-- **Cache.** The key is the SHA-256 of the canonical JSON request body (model, messages,
-  sampling settings). Only answers the caller's ``validate`` accepted are stored, so a
-  rerun over the same inputs sends no request at all, and a bad answer is asked again.
-- **Backoff.** Attempt ``a`` (0-based) waits ``min(backoff_cap_s, backoff_s · 2^a)``, or
-  the server's ``Retry-After`` when it sends one (capped the same way).
-- **Secrets.** The API key is read from the environment variable the caller names, sent
-  only in the ``Authorization`` header, and never appears in errors, logs or the cache:
-  every text that came from the server (error bodies, malformed responses, answers) has
-  the key replaced with ``***`` before it is stored, logged or raised, since some
-  gateways echo the ``Authorization`` header back.
+- **Total timeouts.** Each attempt — connect, send, wait, read the whole body — is one
+  coroutine cancelled at ``timeout_s`` (``asyncio.wait_for``). httpx's own timeouts are
+  per operation: a server trickling one byte a second never trips a read timeout.
+  Requests run on one event loop in a background thread; ``complete`` blocks its
+  caller (the judge's worker threads) until its answer or failure.
+- **Bounded responses.** The body is streamed and the read stops at
+  ``max_response_bytes`` (decoded bytes, so a compressed bomb stops there too); a
+  ``Content-Length`` over the limit is refused before reading. An oversized response is
+  a failure, never retried, never cached.
+- **Retries.** HTTP 429/5xx, timeouts and dropped connections are retried by tenacity:
+  attempt ``a`` (1-based) waits ``min(backoff_cap_s, backoff_s · 2^(a-1))``, or the
+  server's ``Retry-After`` when it sends one (capped the same way).
+- **Fail fast.** After ``max_connect_failures`` connection failures in a row (nothing
+  listening, no route: not one request reached a server) the endpoint is taken as down
+  and every later request fails at once without being sent, instead of every step of
+  the run trying (and retrying) in turn. Any response resets the count.
+- **Cache.** ``answer_cache.AnswerCache``: only answers the caller's ``validate``
+  accepted are stored; a cached answer that is unreadable or no longer validates is a
+  miss.
+- **Secrets.** The API key is read from the environment variable the caller names and
+  sent only in the ``Authorization`` header. Every text that came from the server has
+  it removed (``redact.Redactor``, all encodings) before it is stored, shown or raised:
+  the raw body before parsing and the answer after.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import http.client
 import json
 import os
-import socket
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+import httpx2
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
+from judge.answer_cache import AnswerCache
+from judge.redact import Redactor
 
 
 class ChatError(Exception):
     """A request that failed for good (after retries); the message is safe to print."""
-
-
-REDACTED = "***"
-
-
-def redact(text: str, secret: str | None) -> str:
-    """``text`` with every occurrence of ``secret`` replaced by ``***``."""
-    return text.replace(secret, REDACTED) if secret else text
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class ClientConfig:
     url: str
     model: str
     api_key_env: str | None = "OPENAI_API_KEY"
-    timeout_s: float = 60.0
+    timeout_s: float = 60.0  # per attempt, in total
     max_retries: int = 4
     backoff_s: float = 1.0
     backoff_cap_s: float = 30.0
@@ -59,6 +63,8 @@ class ClientConfig:
     cache_dir: str | None = None
     price_in_per_mtok: float = 0.0  # currency units per 1M prompt tokens
     price_out_per_mtok: float = 0.0  # currency units per 1M completion tokens
+    max_response_bytes: int = 4 << 20  # an answer of max_tokens tokens is a few KB
+    max_connect_failures: int = 5  # in a row, then the endpoint is taken as down
 
 
 @dataclass
@@ -66,7 +72,8 @@ class Usage:
     requests: int = 0
     cache_hits: int = 0
     retries: int = 0
-    failures: int = 0
+    answered: int = 0  # steps with a valid answer (cached or not)
+    failures: int = 0  # steps without one
     prompt_tokens: int = 0
     completion_tokens: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -87,6 +94,7 @@ class Usage:
             "requests",
             "cache_hits",
             "retries",
+            "answered",
             "failures",
             "prompt_tokens",
             "completion_tokens",
@@ -108,13 +116,55 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
+class _ConnectFailed(_Retryable):
+    """No connection could be made: counts towards taking the endpoint as down."""
+
+
 class ChatClient:
+    """Thread-safe; ``close()`` (or ``with``) stops its event loop and connections."""
+
     def __init__(self, config: ClientConfig):
         self.config = config
         self.url = endpoint(config.url)
         self.usage = Usage()
         self._api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
-        self._cache = Path(config.cache_dir) if config.cache_dir else None
+        self._redactor = Redactor(self._api_key)
+        self._cache = (
+            AnswerCache(config.cache_dir, config.model, config.max_response_bytes)
+            if config.cache_dir
+            else None
+        )
+        self._connect_failures = 0  # in a row; touched only on the loop's thread
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="seam-judge-http", daemon=True
+        )
+        self._thread.start()
+        self._http = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(config.timeout_s),
+            headers=self._headers(),
+            follow_redirects=False,
+        )
+
+    def __enter__(self) -> ChatClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        asyncio.run_coroutine_threadsafe(self._http.aclose(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
 
     def request_body(self, messages: list[dict]) -> dict:
         body: dict[str, Any] = {
@@ -138,94 +188,120 @@ class ChatClient:
         text into a value or raises ``ValueError``; raises ``ChatError`` on failure."""
         body = self.request_body(messages)
         key = self.cache_key(body)
-        cached = self._cache_get(key)
+        cached = self._cache.get(key) if self._cache else None
         if cached is not None:
-            self.usage.add(cache_hits=1)
-            return validate(cached), key
+            try:
+                value = validate(cached)
+            except ValueError:
+                pass  # stored by an older prompt or validator: ask again
+            else:
+                self.usage.add(cache_hits=1, answered=1)
+                return value, key
         try:
-            content = self._post_with_retries(body)
+            future = asyncio.run_coroutine_threadsafe(self._post_with_retries(body), self._loop)
+            content = future.result()
+            value = validate(content)
         except ChatError as exc:
             self.usage.add(failures=1)
             raise ChatError(self._redact(str(exc))) from None
-        try:
-            value = validate(content)
         except ValueError as exc:
             self.usage.add(failures=1)
             raise ChatError(self._redact(f"invalid answer: {exc}")) from None
-        self._cache_put(key, content)
+        self.usage.add(answered=1)
+        if self._cache:
+            self._cache.put(key, content)
         return value, key
 
-    def _post_with_retries(self, body: dict) -> str:
-        data = json.dumps(body).encode()
-        for attempt in range(self.config.max_retries + 1):
-            try:
-                return self._post(data)
-            except _Retryable as exc:
-                if attempt == self.config.max_retries:
-                    raise ChatError(f"{exc} (gave up after {attempt + 1} attempts)") from None
-                self.usage.add(retries=1)
-                delay = (
-                    exc.retry_after
-                    if exc.retry_after is not None
-                    else self.config.backoff_s * 2**attempt
-                )
-                time.sleep(min(self.config.backoff_cap_s, max(0.0, delay)))
-        raise AssertionError("unreachable: the loop returns or raises")
+    def _redact(self, text: str) -> str:
+        return self._redactor.redact(text)
 
-    def _post(self, data: bytes) -> str:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-        deadline = time.monotonic() + self.config.timeout_s
+    # -- on the event loop ----------------------------------------------------------------
+    async def _post_with_retries(self, body: dict) -> str:
+        data = json.dumps(body).encode()
+        attempts = self.config.max_retries + 1
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(attempts),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Retryable),
+            before_sleep=lambda _state: self.usage.add(retries=1),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._post(data)
+        except _Retryable as exc:
+            raise ChatError(f"{exc} (gave up after {attempts} attempts)") from None
+        raise AssertionError("unreachable: tenacity returns or raises")
+
+    def _wait(self, state) -> float:
+        exc = state.outcome.exception()
+        exponential = self.config.backoff_s * 2 ** (state.attempt_number - 1)
+        delay = exc.retry_after if getattr(exc, "retry_after", None) is not None else exponential
+        return min(self.config.backoff_cap_s, max(0.0, delay))
+
+    async def _post(self, data: bytes) -> str:
+        limit = self.config.max_connect_failures
+        if self._connect_failures >= limit:
+            raise ChatError(
+                f"not sent: {self.url} is down ({self._connect_failures} connection failures "
+                "in a row)"
+            )
         self.usage.add(requests=1)
         try:
-            with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
-                raw = self._read_until(response, deadline)
-        except urllib.error.HTTPError as exc:
-            # read past the 300 shown bytes so a key echoed across the cut is whole when redacted
-            detail = self._redact(_error_detail(exc, 300 + len(self._api_key or "")))[:300]
-            if exc.code == 429 or exc.code >= 500:
-                raise _Retryable(
-                    f"HTTP {exc.code} from {self.url}: {detail}", _retry_after(exc.headers)
-                ) from None
-            raise ChatError(f"HTTP {exc.code} from {self.url}: {detail}") from None
-        except TimeoutError:
+            status, headers, raw = await asyncio.wait_for(
+                self._exchange(data), self.config.timeout_s
+            )
+        except _ConnectFailed:
+            self._connect_failures += 1
+            raise
+        except (asyncio.TimeoutError, httpx2.TimeoutException):
             raise _Retryable(f"timeout after {self.config.timeout_s:g}s from {self.url}") from None
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, (TimeoutError, socket.timeout)):
-                raise _Retryable(
-                    f"timeout after {self.config.timeout_s:g}s from {self.url}"
-                ) from None
-            raise _Retryable(self._redact(f"cannot reach {self.url}: {exc.reason}")) from None
-        except (ConnectionError, http.client.HTTPException) as exc:
-            raise _Retryable(f"connection to {self.url} failed: {type(exc).__name__}") from None
+        if status == 429 or status >= 500:
+            raise _Retryable(
+                f"HTTP {status} from {self.url}: {self._shown(raw)}", _retry_after(headers)
+            )
+        if status != 200:
+            raise ChatError(f"HTTP {status} from {self.url}: {self._shown(raw)}")
         return self._content(raw)
 
-    def _read_until(self, response, deadline: float) -> bytes:
-        """Read the body, failing once the total time passes the deadline: a server that
-        trickles bytes must not hold a worker forever."""
-        chunks: list[bytes] = []
-        while True:
-            if time.monotonic() > deadline:
-                raise TimeoutError
-            chunk = response.read(1 << 16)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
+    async def _exchange(self, data: bytes) -> tuple[int, httpx2.Headers, bytes]:
+        """Status, headers and at most ``max_response_bytes`` of body (else ChatError)."""
+        cap = self.config.max_response_bytes
+        try:
+            async with self._http.stream("POST", self.url, content=data) as response:
+                self._connect_failures = 0  # a server answered
+                declared = response.headers.get("Content-Length", "")
+                if declared.isdigit() and int(declared) > cap:
+                    raise ChatError(self._too_large(f"declares {int(declared):,} bytes"))
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > cap:
+                        raise ChatError(self._too_large("sent more"))
+                return response.status_code, response.headers, bytes(body)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
+            raise _ConnectFailed(f"cannot connect to {self.url}: {_reason(exc)}") from None
+        except (httpx2.TransportError, httpx2.DecodingError) as exc:
+            if isinstance(exc, httpx2.TimeoutException):
+                raise
+            raise _Retryable(f"connection to {self.url} failed: {_reason(exc)}") from None
 
-    def _redact(self, text: str) -> str:
-        return redact(text, self._api_key)
+    def _too_large(self, what: str) -> str:
+        limit = self.config.max_response_bytes
+        return f"response from {self.url} {what} than the limit of {limit:,} bytes"
+
+    def _shown(self, raw: bytes) -> str:
+        """At most 300 characters of a body, for an error message: redacted whole, then cut,
+        so that no part of a key is left at the cut."""
+        return self._redact(raw.decode("utf-8", "replace")).strip()[:300] or "(no body)"
 
     def _content(self, raw: bytes) -> str:
         try:
             payload = json.loads(raw)
             content = payload["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
-            # redact before cutting to 200 characters, so no half key is shown
-            shown = self._redact(raw[: 800 + len(self._api_key or "")].decode("utf-8", "replace"))[
-                :200
-            ]
+            shown = self._redact(raw.decode("utf-8", "replace"))[:200]
             raise ChatError(f"malformed response from {self.url}: {shown!r}") from None
         if not isinstance(content, str):
             raise ChatError(
@@ -237,26 +313,7 @@ class ChatClient:
             prompt_tokens=_count(usage.get("prompt_tokens")),
             completion_tokens=_count(usage.get("completion_tokens")),
         )
-        return self._redact(content)  # the answer is cached and quoted in findings
-
-    # -- cache ------------------------------------------------------------------------
-    def _cache_path(self, key: str) -> Path | None:
-        return self._cache / key[:2] / f"{key}.json" if self._cache else None
-
-    def _cache_get(self, key: str) -> str | None:
-        path = self._cache_path(key)
-        if path is None or not path.exists():
-            return None
-        return json.loads(path.read_text())["content"]
-
-    def _cache_put(self, key: str, content: str) -> None:
-        path = self._cache_path(key)
-        if path is None:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps({"model": self.config.model, "content": content}))
-        os.replace(tmp, path)
+        return self._redact(content)  # decoded now: the answer is cached and quoted in findings
 
 
 def _count(value) -> int:
@@ -264,15 +321,12 @@ def _count(value) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
 
 
-def _error_detail(exc: urllib.error.HTTPError, limit: int = 300) -> str:
-    try:
-        return exc.read(limit).decode("utf-8", "replace").strip()
-    except (OSError, http.client.HTTPException):
-        return "(no body)"
+def _reason(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
 
 
-def _retry_after(headers) -> float | None:
-    value = headers.get("Retry-After") if headers else None
+def _retry_after(headers: httpx2.Headers) -> float | None:
+    value = headers.get("Retry-After")
     try:
         return float(value) if value is not None else None
     except ValueError:

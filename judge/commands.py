@@ -94,8 +94,23 @@ def run_judge(args) -> int:
             args.out + ".errors.jsonl" if args.out != "-" else "judge-errors.jsonl"
         )
         Path(errors).write_text("".join(json.dumps(asdict(f)) + "\n" for f in failures))
-        console.print(f"[red]{len(failures)} step(s) could not be judged[/]: see {errors}")
-    return 1 if failures and not findings else 0
+        unjudged = [f for f in failures if not f.reason.startswith("voided ")]
+        if unjudged:
+            steps = usage["answered"] + usage["failures"]
+            reason, n = Counter(f.reason for f in unjudged).most_common(1)[0]
+            console.print(
+                f"[red]{len(unjudged)} of {steps} step(s) could not be judged[/]; "
+                f"most often ({n}×): {reason}",
+                highlight=False,
+            )
+        if len(failures) > len(unjudged):
+            console.print(
+                f"[yellow]{len(failures) - len(unjudged)} finding(s) voided[/]: a quote not in "
+                "the history"
+            )
+        console.print(f"see {errors}")
+    # A step left unjudged fails the run: its findings are incomplete.
+    return 1 if usage is not None and usage["failures"] else 0
 
 
 def _run_eval(args, rejected: Counter) -> int:
@@ -186,35 +201,36 @@ def _llm_findings(args, rollouts):
 
     if not args.model:
         raise UsageError("--llm needs --model (the model name the endpoint serves)")
-    client = ChatClient(
-        ClientConfig(
-            url=args.llm,
-            model=args.model,
-            api_key_env=args.api_key_env,
-            timeout_s=args.timeout,
-            max_retries=args.retries,
-            json_mode=not args.no_json_mode,
-            cache_dir=None if args.no_cache else (args.cache_dir or str(cache_dir() / "judge")),
-            max_tokens=args.max_tokens,
-            price_in_per_mtok=args.price_in,
-            price_out_per_mtok=args.price_out,
-        )
+    config = ClientConfig(
+        url=args.llm,
+        model=args.model,
+        api_key_env=args.api_key_env,
+        timeout_s=args.timeout,
+        max_retries=args.retries,
+        json_mode=not args.no_json_mode,
+        cache_dir=None if args.no_cache else (args.cache_dir or str(cache_dir() / "judge")),
+        max_tokens=args.max_tokens,
+        price_in_per_mtok=args.price_in,
+        price_out_per_mtok=args.price_out,
+        max_response_bytes=args.max_response_bytes,
+        max_connect_failures=args.max_connect_failures,
     )
-    Console(stderr=True).print(f"LLM judge {args.model} at {client.url} (prompt {PROMPT_VERSION})")
     findings, failures = [], []
-    batch: list[Rollout] = []
-    for rollout in [*rollouts, None]:
-        if rollout is not None:
-            batch.append(rollout)
-        if batch and (
-            rollout is None or len(batch) == args.batch
-        ):  # bounded memory: judge in batches
-            found, failed = judge_rollouts(
-                batch, client, args.concurrency, args.every_call, args.max_context_chars
-            )
-            findings += found
-            failures += failed
-            batch = []
+    with ChatClient(config) as client:
+        Console(stderr=True).print(
+            f"LLM judge {args.model} at {client.url} (prompt {PROMPT_VERSION})"
+        )
+        batch: list[Rollout] = []
+        for rollout in [*rollouts, None]:
+            if rollout is not None:
+                batch.append(rollout)
+            if batch and (rollout is None or len(batch) == args.batch):  # bounded memory
+                found, failed = judge_rollouts(
+                    batch, client, args.concurrency, args.every_call, args.max_context_chars
+                )
+                findings += found
+                failures += failed
+                batch = []
     return findings, failures, client.usage.as_dict(client.config)
 
 
@@ -300,7 +316,25 @@ def register(sub) -> None:
         "The key is only sent in the Authorization header, never printed or cached.",
     )
     p.add_argument(
-        "--timeout", type=float, default=120.0, help="Seconds per request, in total (default 120)."
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="Seconds per request attempt, in total: connect, send, wait and read the whole "
+        "answer (default 120).",
+    )
+    p.add_argument(
+        "--max-response-bytes",
+        type=int,
+        default=4 << 20,
+        help="Largest response body read; a larger one fails that step and is never cached "
+        "(default 4194304).",
+    )
+    p.add_argument(
+        "--max-connect-failures",
+        type=int,
+        default=5,
+        help="Connection failures in a row after which the endpoint is taken as down and the "
+        "remaining steps fail without a request (default 5).",
     )
     p.add_argument(
         "--retries",

@@ -81,6 +81,17 @@ class ScriptedServer:
         self.httpd.server_close()
 
 
+MADE: list[ChatClient] = []
+
+
+@pytest.fixture(autouse=True)
+def close_clients():
+    """Every client ``client()`` made is closed after the test (its event loop stops)."""
+    yield
+    while MADE:
+        MADE.pop().close()
+
+
 @pytest.fixture
 def serve():
     servers = []
@@ -132,7 +143,8 @@ def client(server, tmp_path, **overrides) -> ChatClient:
         price_in_per_mtok=1.0,
         price_out_per_mtok=2.0,
     )
-    return ChatClient(ClientConfig(**{**config, **overrides}))
+    MADE.append(ChatClient(ClientConfig(**{**config, **overrides})))
+    return MADE[-1]
 
 
 def test_a_valid_answer_becomes_findings_and_is_accounted(serve, tmp_path, monkeypatch):
@@ -155,6 +167,7 @@ def test_a_valid_answer_becomes_findings_and_is_accounted(serve, tmp_path, monke
         "requests": 1,
         "cache_hits": 0,
         "retries": 0,
+        "answered": 1,
         "failures": 0,
         "prompt_tokens": 1000,
         "completion_tokens": 50,
@@ -284,7 +297,7 @@ def test_seam_judge_llm_writes_findings_errors_and_usage(serve, tmp_path, capsys
             "0",
         ]
     )
-    assert code == 0
+    assert code == 1  # one of two steps could not be judged: the run failed
     assert [json.loads(line)["verdict"] for line in out.read_text().splitlines()] == ["omission"]
     (error,) = [
         json.loads(line)
