@@ -16,6 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+LIST_LIMIT = 1000  # rollouts listed per page: a filter finds the others
+
 LIST_COLUMNS = [
     "rollout_id",
     "task_id",
@@ -80,7 +82,9 @@ class BuildBrowser:
         if where:
             sql += f" WHERE ({where})"
         try:
-            rows = connect(self.dir).execute(sql + " ORDER BY rollout_id").fetchall()
+            con = connect(self.dir)
+            total = con.execute(f"SELECT count(*) FROM ({sql})").fetchone()[0]
+            rows = con.execute(f"{sql} ORDER BY rollout_id LIMIT {LIST_LIMIT}").fetchall()
         except Exception as exc:  # the user's SQL: its one-line error, on the page
             message = escape(str(exc).splitlines()[0])
             return 400, _page("rollouts", form + f"<p class=error>{message}</p>")
@@ -92,7 +96,10 @@ class BuildBrowser:
             + "</tr>"
             for r in rows
         )
-        count = f"<p id=count>{len(rows)} rollout(s)</p>"
+        count = f"<p id=count>{total} rollout(s)"
+        if total > len(rows):
+            count += f"; the first {len(rows)} by id are listed: narrow the list with a condition"
+        count += "</p>"
         table = f"<div class=table><table><tr>{head}</tr>{body}</table></div>"
         return 200, _page(f"seam view {self.dir}", form + count + table)
 

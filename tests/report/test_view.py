@@ -77,3 +77,12 @@ def test_seam_view_says_where_and_how_to_stop(rl_build):
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=30)
     assert process.returncode == 0 and "stopped" in rest
+
+
+def test_a_long_list_is_cut_and_says_so(rl_build, monkeypatch):
+    from pipeline import view
+
+    monkeypatch.setattr(view, "LIST_LIMIT", 4)
+    status, html = view.BuildBrowser(rl_build).rollout_list("")
+    assert status == 200 and html.count("href='/rollout/") == 4
+    assert "6 rollout(s); the first 4 by id are listed" in html
