@@ -18,6 +18,7 @@ construction. Two repairs are made, both recorded in ``Rollout.meta``, never sil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,7 +145,7 @@ class RolloutBuilder:
         self,
         reason: str,
         trigger: str,
-        items: list[Keep | Msg],
+        items: Sequence[Keep | Msg],
         id: str | None = None,
         meta: dict | None = None,
     ) -> RewriteEvent:
@@ -228,7 +229,7 @@ class RolloutBuilder:
                 m.role,
                 m.content.strip(),
                 calls,
-                self._alias.get(call_id, call_id),
+                self._alias.get(call_id, call_id) if call_id is not None else None,
                 _opaque(m.fields.get("meta") or {}),
             )
             reasoning = m.fields.get("reasoning")
@@ -237,7 +238,8 @@ class RolloutBuilder:
     def _event(self, m: Msg, answer: bool) -> MessageEvent | None:
         fields = dict(m.fields)
         if m.role == "tool":
-            call_id = self._alias.get(fields.get("tool_call_id"), fields.get("tool_call_id"))
+            raw_id = fields.get("tool_call_id")
+            call_id = self._alias.get(raw_id, raw_id) if raw_id is not None else None
             if call_id in self._open:
                 del self._open[call_id]
             elif answer:

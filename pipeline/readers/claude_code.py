@@ -138,7 +138,7 @@ class ClaudeCodeReader(Reader):
             return
         if rec.get("type") not in ("user", "assistant"):
             return
-        message = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+        message = found if isinstance(found := rec.get("message"), dict) else {}
         content = message.get("content")
         results = [
             b.get("tool_use_id")
@@ -155,7 +155,7 @@ class ClaudeCodeReader(Reader):
         """Put one record into its conversation; returns a skip reason if it is not a message."""
         rtype = rec.get("type")
         if rtype not in MESSAGE_TYPES:
-            return SKIP_REASONS.get(rtype, f"'{rtype}' record: not a model message")
+            return SKIP_REASONS.get(str(rtype), f"'{rtype}' record: not a model message")
         key = self._thread_key(rec, thread_of)
         if rec.get("uuid"):
             thread_of[str(rec["uuid"])] = key
@@ -194,7 +194,7 @@ class ClaudeCodeReader(Reader):
                 thread.lines.add(line)
                 return None
             return f"system/{sub} record: not sent to the model"
-        message = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+        message = found if isinstance(found := rec.get("message"), dict) else {}
         if rtype == "assistant":
             if rec.get("isApiErrorMessage"):
                 return "API error message (written by Claude Code, not a model call)"

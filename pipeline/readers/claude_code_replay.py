@@ -220,6 +220,7 @@ class _Replay:
                     meta={"is_meta": True} if rec.get("isMeta") else None,
                 )
             )
+            assert event is not None  # the builder refuses only tool results
             self.by_uuid[str(rec.get("uuid"))] = event.id
         elif entry.kind == "result":
             if not self._result(entry):
@@ -276,7 +277,7 @@ class _Replay:
                 id=message.get("id") or first.get("uuid"),
                 reasoning="\n\n".join(thinking) or None,
                 tool_calls=calls or None,
-                finish_reason=STOP_REASONS.get(stop) or ("tool_calls" if calls else None),
+                finish_reason=STOP_REASONS.get(str(stop)) or ("tool_calls" if calls else None),
                 meta={
                     k: v
                     for k, v in (("unsupported_blocks", other), ("reported_input_tokens", reported))
@@ -285,6 +286,7 @@ class _Replay:
                 or None,
             )
         )
+        assert event is not None  # the builder refuses only tool results
         self.by_uuid.update({str(rec.get("uuid")): event.id for rec in entry.data["records"]})
         model = message.get("model")
         if model and model not in self.models:
@@ -334,7 +336,9 @@ class _Replay:
             "compaction",
             "manual" if cm.get("trigger") == "manual" else "budget",
             items,
-            id=boundary.data.get("uuid") if boundary else f"{summary.data.get('uuid')}:compaction",
+            id=boundary.data.get("uuid")
+            if boundary
+            else f"{summary.data.get('uuid') if summary else None}:compaction",
             meta={k: v for k, v in meta.items() if v is not None},
         )
 

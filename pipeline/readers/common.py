@@ -41,28 +41,29 @@ def load_json(path: Path) -> Any:
         raise ValueError(f"invalid JSON: {exc}") from None
 
 
-def iter_json_records(path: Path) -> Iterator[tuple[int | None, dict | None, str | None, str]]:
-    """(1-based line, object or None, parse error or None, raw text) per non-blank line;
-    a file that cannot be read to its end (truncated archive) ends with one error."""
+def iter_json_records(path: Path) -> Iterator[tuple[int | None, dict, str | None, str]]:
+    """(1-based line, object, parse error or None, raw text) per non-blank line; the
+    object is empty when there is an error. A file that cannot be read to its end
+    (truncated archive) ends with one error, without a line."""
     last = 0
     try:
         for line, obj, error, text in _records(path):
             last = line
             yield line, obj, error, text
     except UNREADABLE as exc:
-        yield None, None, f"cannot read past line {last}: {type(exc).__name__}: {exc}", ""
+        yield None, {}, f"cannot read past line {last}: {type(exc).__name__}: {exc}", ""
 
 
-def _records(path: Path) -> Iterator[tuple[int, dict | None, str | None, str]]:
+def _records(path: Path) -> Iterator[tuple[int, dict, str | None, str]]:
     for raw in iter_jsonl_lines(path):
         text = raw.data.decode("utf-8", "replace")
         try:
             obj = orjson.loads(raw.data)
         except orjson.JSONDecodeError as exc:
-            yield raw.line, None, f"invalid JSON: {exc}", text
+            yield raw.line, {}, f"invalid JSON: {exc}", text
             continue
         if not isinstance(obj, dict):
-            yield raw.line, None, f"expected a JSON object, got {type(obj).__name__}", text
+            yield raw.line, {}, f"expected a JSON object, got {type(obj).__name__}", text
             continue
         yield raw.line, obj, None, text
 

@@ -104,7 +104,7 @@ class OpenAIMessagesReader(Reader):
             )
         rec = first_json_object(head)
         return (
-            bool(rec)
+            rec is not None
             and isinstance(rec.get("messages"), list)
             and "choices" not in rec
             and "response" not in rec
@@ -200,7 +200,7 @@ class ChatCompletionsReader(Reader):
         )
 
     def read(self, path: Path) -> Iterator[ReadItem]:
-        groups: dict[str, list[tuple[int, dict, str]]] = {}
+        groups: dict[str, list[tuple[int | None, dict, str]]] = {}
         for line, rec, error, raw in iter_json_records(path):
             if error:
                 yield Rejected(line, error, raw)
@@ -228,7 +228,7 @@ class ChatCompletionsReader(Reader):
         firsts = [m for m in request.get("messages") or [] if isinstance(m, dict)][:2]
         return "conv-" + stable_id(*(str(m.get("content")) for m in firsts))
 
-    def _rollout(self, key: str, calls: list[tuple[int, dict, str]]) -> Iterator[ReadItem]:
+    def _rollout(self, key: str, calls: list[tuple[int | None, dict, str]]) -> Iterator[ReadItem]:
         builder = RolloutBuilder()
         first = calls[0][0]
         tools: list = []
@@ -243,7 +243,7 @@ class ChatCompletionsReader(Reader):
                 if model and model not in models:
                     models.append(model)
                 out = self._response(response, line)
-                seam = rec.get("seam") if isinstance(rec.get("seam"), dict) else {}
+                seam = found if isinstance(found := rec.get("seam"), dict) else {}
                 if seam.get("kind") == "summary":  # seam gateway: a compaction prompt was sent
                     out.fields["kind"] = "summary"
                 builder.append(out)
@@ -269,16 +269,16 @@ class ChatCompletionsReader(Reader):
         yield Accepted(rollout, first, records=len(calls))
 
     @staticmethod
-    def _response(response: dict, line: int) -> Msg:
+    def _response(response: dict, line: int | None) -> Msg:
         choice = (response.get("choices") or [None])[0]
         if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
             raise ValueError("response has no choices[0].message")
         out = openai_message({**choice["message"], "role": "assistant"}, id=f"L{line}.response")
-        out.fields["finish_reason"] = FINISH.get(choice.get("finish_reason"))
+        out.fields["finish_reason"] = FINISH.get(str(choice.get("finish_reason")))
         output_ids = choice.get("token_ids") or choice.get("output_token_ids")
         prompt_ids = response.get("prompt_token_ids") or choice.get("prompt_token_ids")
         tokens = (choice.get("logprobs") or {}).get("content") or []
-        logprobs = [t.get("logprob") for t in tokens if isinstance(t, dict)]
+        logprobs: list[Any] = [t.get("logprob") for t in tokens if isinstance(t, dict)]
         if output_ids:
             out.fields["output_ids"] = list(output_ids)
             out.fields["prompt_ids"] = list(prompt_ids) if prompt_ids else None

@@ -72,6 +72,8 @@ class _Replay:
         self.event_msgs[event_id] = []
         for m in messages:
             appended = self.builder.append(m)
+            if appended is None:  # a tool result whose call is not open: the builder counts it
+                continue
             self.event_msgs[event_id].append(appended.id)
             if appended.role == "assistant" and self.tokens is not None:
                 self._attach(appended.id, self.tokens)
@@ -364,15 +366,15 @@ class OpenHandsReader(Reader):
             except (ValueError, OSError) as exc:
                 yield Rejected(None, f"cannot read OpenHands file: {exc}")
                 return
-            events = (
+            history = (
                 doc if isinstance(doc, list) else (doc.get("events") or doc.get("history") or [])
             )
             yield from self._conversation(
-                events, [None] * len(events), f"{path.stem}-{file_digest(path)}", {}
+                history, [None] * len(history), f"{path.stem}-{file_digest(path)}", {}
             )
             return
         events: list[dict] = []
-        lines: list[int] = []
+        lines: list[int | None] = []
         for line, rec, error, raw in iter_json_records(path):
             if error:
                 yield Rejected(line, error, raw)

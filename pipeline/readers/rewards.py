@@ -17,6 +17,7 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pipeline.canonical_io import open_text_stream
 from schemas.rollout import Rollout
@@ -42,16 +43,17 @@ def load_rewards(path: Path) -> dict[str, Outcome]:
             text = fh.read().decode("utf-8")
     except OSError as exc:
         raise RewardsError(f"rewards file {path}: {exc}") from None
+    rows: list[tuple[int, Any]]
     if path.name.endswith((".csv", ".csv.gz", ".csv.zst")):
         rows = [(i + 2, row) for i, row in enumerate(csv.DictReader(text.splitlines()))]
     elif text.lstrip().startswith("["):
         rows = [(i + 1, row) for i, row in enumerate(json.loads(text))]
     else:
         rows = []
-        for i, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
+        for i, json_line in enumerate(text.splitlines(), start=1):
+            if json_line.strip():
                 try:
-                    rows.append((i, json.loads(line)))
+                    rows.append((i, json.loads(json_line)))
                 except json.JSONDecodeError as exc:
                     raise RewardsError(f"rewards file {path}:{i}: invalid JSON: {exc}") from None
     table: dict[str, Outcome] = {}
@@ -86,7 +88,7 @@ def _show(outcome: Outcome) -> str:
     )
 
 
-def _number(value: object, path: Path, line: int) -> float | None:
+def _number(value: Any, path: Path, line: int) -> float | None:
     if value in (None, ""):
         return None
     try:

@@ -86,7 +86,7 @@ def _check(s: Sample) -> Sample:
 def slime_sample(rec: dict, line: int | None) -> Sample:
     tokens = _ints(rec.get("tokens"), "tokens")
     n = int(rec.get("response_length") or 0)
-    meta = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {}
+    meta = found if isinstance(found := rec.get("metadata"), dict) else {}
     key = (
         rec.get("rollout_id")
         or meta.get("rollout_id")
@@ -118,7 +118,7 @@ def slime_sample(rec: dict, line: int | None) -> Sample:
 
 
 def verl_sample(rec: dict, line: int | None) -> Sample:
-    extra = rec.get("extra_fields") if isinstance(rec.get("extra_fields"), dict) else {}
+    extra = found if isinstance(found := rec.get("extra_fields"), dict) else {}
     key = (
         rec.get("rollout_id")
         or rec.get("request_id")
@@ -291,7 +291,7 @@ class _TokenDumpReader(Reader):
             seen |= lines
             yield replace(item, records=len(lines))
 
-    def _records(self, path: Path) -> Iterator[tuple[int | None, dict | None, str | None, str]]:
+    def _records(self, path: Path) -> Iterator[tuple[int | None, dict, str | None, str]]:
         return iter_json_records(path)
 
 
@@ -308,9 +308,9 @@ class SlimeReader(_TokenDumpReader):
         if path.suffix == ".pt":
             return True
         rec = first_json_object(head)
-        return bool(rec) and "tokens" in rec and "response_length" in rec
+        return rec is not None and "tokens" in rec and "response_length" in rec
 
-    def _records(self, path: Path) -> Iterator[tuple[int | None, dict | None, str | None, str]]:
+    def _records(self, path: Path) -> Iterator[tuple[int | None, dict, str | None, str]]:
         if path.suffix != ".pt":
             yield from iter_json_records(path)
             return
@@ -319,7 +319,7 @@ class SlimeReader(_TokenDumpReader):
         except ImportError:
             yield (
                 None,
-                None,
+                {},
                 "reading .pt needs PyTorch (pip install torch), or convert the dump to JSONL",
                 "",
             )
@@ -327,7 +327,7 @@ class SlimeReader(_TokenDumpReader):
         try:
             data = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # any unpickling failure is a property of the file
-            yield None, None, f"cannot load {path.name} safely (weights_only=True): {exc}", ""
+            yield None, {}, f"cannot load {path.name} safely (weights_only=True): {exc}", ""
             return
         samples = data.get("samples") if isinstance(data, dict) else data
         for i, s in enumerate(samples if isinstance(samples, list) else []):
@@ -339,7 +339,7 @@ class SlimeReader(_TokenDumpReader):
                     "",
                 )
             else:
-                yield i + 1, None, f"sample {i} is not a dict", ""
+                yield i + 1, {}, f"sample {i} is not a dict", ""
 
 
 @register
@@ -351,7 +351,7 @@ class VerlReader(_TokenDumpReader):
 
     def sniff(self, path: Path, head: bytes) -> bool:
         rec = first_json_object(head)
-        return bool(rec) and "prompt_ids" in rec and "response_ids" in rec
+        return rec is not None and "prompt_ids" in rec and "response_ids" in rec
 
 
 @register
@@ -363,4 +363,4 @@ class SkyRLReader(_TokenDumpReader):
 
     def sniff(self, path: Path, head: bytes) -> bool:
         rec = first_json_object(head)
-        return bool(rec) and "prompt_token_ids" in rec and "response_ids" in rec
+        return rec is not None and "prompt_token_ids" in rec and "response_ids" in rec

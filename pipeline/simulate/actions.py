@@ -316,7 +316,7 @@ def run_tests(a: Agent, scope: str) -> Step:
                 a.state.tests[tid] = "failing" if tid in ids else "passing"
             a.state.errors.pop(tid, None)
         for tid in ids:
-            a.state.errors[tid] = failure.error
+            a.state.errors[tid] = failure.error if failure else ""
 
     step = Step(
         "run_" + scope,
@@ -324,7 +324,7 @@ def run_tests(a: Agent, scope: str) -> Step:
         _think(a, "I need to see whether the current code passes."),
         [ToolUse("bash", {"command": cmd}, result)],
         action=f"Ran `{cmd}`: "
-        + (f"{len(failures)} failed ({failure.error})." if failures else "all passed."),
+        + (f"{len(failures)} failed ({failure.error})." if failure and failures else "all passed."),
     )
     step.effects.append(apply)
     return step

@@ -162,8 +162,10 @@ def _keep(ep: Episode, record) -> None:
         ep.corrections.append(record)
 
 
-def _record(ep: Episode, agent: Agent, index: int, pending: str, original, executed, bad=None):
-    kind, _, verdict = pending.partition(":")
+def _record(
+    ep: Episode, agent: Agent, index: int, pending: str | None, original, executed, bad=None
+):
+    kind, _, verdict = (pending or "").partition(":")
     facts = agent.state.facts
     evidence = [
         (f.message_id, f.quote) for key, f in facts.items() if key in ("definition", "error")

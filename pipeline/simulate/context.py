@@ -121,8 +121,9 @@ def log_call(
         ids, text = ids[:-1], text[: -len(ctx.r.eos_text)]
     logged = _noncanonical(ctx, text, ids, rng) if drift else None
     drifted = logged is not None
-    msg.output_ids = logged if drifted else ids.tolist()
-    msg.logprobs = _logprobs(len(msg.output_ids), rng)
+    output_ids = logged if logged is not None else ids.tolist()
+    msg.output_ids = output_ids
+    msg.logprobs = _logprobs(len(output_ids), rng)
     msg.prompt_ids = prompt
     return drifted
 

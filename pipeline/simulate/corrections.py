@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Sequence
 
 from judge.attach import executed_output_text
 from schemas.correction import Correction, Evidence, OmittedItem
@@ -82,8 +83,8 @@ def make(
     verdict: str,
     original: MessageEvent,
     executed: MessageEvent,
-    evidence: list[tuple[str, str]] = (),
-    omitted: list[tuple[str, str]] = (),
+    evidence: Sequence[tuple[str, str]] = (),
+    omitted: Sequence[tuple[str, str]] = (),
     detail: str = "",
 ) -> Correction | None:
     """A correction record, or None when the proposal renders identical to what was executed."""

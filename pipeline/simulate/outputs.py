@@ -72,7 +72,7 @@ def failure_block(
 
 def _function_lines(lines: list[str], def_line: int) -> list[str]:
     """The definition starting at ``def_line`` up to the next blank-line gap."""
-    out = []
+    out: list[str] = []
     for line in lines[def_line - 1 :]:
         if out and not line.strip() and (not out[-1].strip()):
             break

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -182,7 +183,7 @@ class _writer:
             return self._parquet
         self.raw = open(self.path, "wb")
         if self.fmt == "jsonl.gz":
-            self.fh = gzip.GzipFile(
+            self.fh: Any = gzip.GzipFile(
                 filename="", mode="wb", fileobj=self.raw, mtime=0, compresslevel=6
             )
         elif self.fmt == "jsonl.zst":

@@ -37,6 +37,11 @@ def test_two_segment_example_matches_hand_computation():
     np.testing.assert_allclose(ret1, [0.625, 1.0])
 
 
+def test_a_sequence_without_trainable_tokens_has_no_lambda():
+    with pytest.raises(ValueError, match="no time steps"):
+        adaptive_lambda(0)
+
+
 def test_length_adaptive_lambda_hand_example():
     # λ = 1 - 1/(1.5·l): l = 2 → 2/3, l = 1 → 1/3, l = 3 → 7/9.
     assert adaptive_lambda(2) == pytest.approx(2 / 3)
