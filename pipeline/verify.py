@@ -275,15 +275,16 @@ def iter_input_rollouts(
     """The valid rollouts of input files (any reader), in input order; only those with an
     id in ``wanted`` when given (canonical records of other ids are not even parsed)."""
     from pipeline.canonical_io import iter_jsonl_lines, iter_parquet_records, parse_rollout
-    from pipeline.inputs import CANONICAL, InputError, Task, detect_format
+    from pipeline.inputs import CANONICAL, UNRECOGNISED, plan_tasks
     from pipeline.worker import iter_task_records
 
-    for path in paths:
-        try:
-            file_format = detect_format(path) if fmt == "auto" else fmt
-        except InputError:
-            continue  # a walked stray file: the build quarantined it
-        if file_format == CANONICAL:
+    # Planned as the build planned them: the files of one session are one task (one
+    # rollout per session); whole files (no ranges); a stray file is the build's quarantine.
+    for task in plan_tasks(list(paths), fmt, 1 << 62, walked=frozenset(paths)):
+        path = Path(task.path)
+        if task.format == UNRECOGNISED:
+            continue
+        if task.format == CANONICAL:
             records = (
                 iter_parquet_records(path) if path.suffix == ".parquet" else iter_jsonl_lines(path)
             )
@@ -296,7 +297,7 @@ def iter_input_rollouts(
                     if wanted is None or rollout.rollout_id in wanted:
                         yield rollout
         else:
-            for _, read, _, _ in iter_task_records(Task(0, str(path), file_format)):
+            for _, read, _, _ in iter_task_records(task):
                 if read is not None and (wanted is None or read.rollout_id in wanted):
                     yield read
 

@@ -101,6 +101,10 @@ def test_the_planner_makes_one_task_of_a_sessions_files_and_the_build_one_rollou
     assert sum(r["num_calls"] for r in rows if r["rollout_id"] == SESSION) == 3
     assert result.skipped[REPEAT_REASON] == 1
     assert all("slice_start" not in r["context_fidelity"] for r in rows)
+    # seam verify re-reads the inputs as the build planned them: the same one rollout.
+    from pipeline.verify import verify_build
+
+    assert verify_build(out).mismatches == []
 
 
 def test_a_lone_slice_is_kept_and_flagged_and_joined_it_is_not(tmp_path):
