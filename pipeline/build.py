@@ -410,6 +410,8 @@ def _finalize(
         for k in ("read", "accepted", "quarantined"):
             f[k] += r["counts"].get(k, 0)
         f["skipped"] += sum(r["skipped"].values())
+        if r.get("session_files"):  # one session's files, read together: counted here
+            f["session_files"] = r["session_files"]
     indices = [t.index for t in tasks]
     extra_fields = config.stage.extra_fields if config.stage is not None else []
     shard_hashes, group_of_one = write_shards(

@@ -369,6 +369,8 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
         "seams": dict(seams),
         "groups": group_table(table, rowless),
     }
+    if task.paths:  # the session's other files, read with this one (counted under it)
+        result["session_files"] = list(task.paths)
     _atomic_write(marker, lambda tmp: Path(tmp).write_text(json.dumps(result, sort_keys=True)))
     return result
 

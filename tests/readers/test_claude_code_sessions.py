@@ -100,6 +100,8 @@ def test_the_planner_makes_one_task_of_a_sessions_files_and_the_build_one_rollou
     # Each generated piece once: the whole file has 3 calls, one rollout each session.
     assert sum(r["num_calls"] for r in rows if r["rollout_id"] == SESSION) == 3
     assert result.skipped[REPEAT_REASON] == 1
+    first = str(tmp_path / "in" / "x" / "full.jsonl")
+    assert result.per_file[first]["session_files"] == [str(tmp_path / "in" / "y" / "full.jsonl")]
     assert all("slice_start" not in r["context_fidelity"] for r in rows)
     # seam verify re-reads the inputs as the build planned them: the same one rollout.
     from pipeline.verify import verify_build
