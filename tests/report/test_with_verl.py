@@ -189,3 +189,19 @@ def test_verl_reward_function_rejects_rows_from_elsewhere():
     assert pipeline.export.verl_reward.compute_score("seam/test", "", "0.5") == 0.5
     with pytest.raises(ValueError, match="not a seam export row"):
         pipeline.export.verl_reward.compute_score("gsm8k", "", "1")
+
+
+def test_std_sample_matches_verls_grpo_advantage():
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    from pipeline.advantage import group_advantages
+
+    groups = np.array(["a", "a", "a", "a", "b", "b", "b"])
+    rewards = np.array([1.0, 0.0, 0.0, 1.0, 0.2, 0.9, 0.4])
+    scores = torch.zeros(len(rewards), 3)
+    scores[:, -1] = torch.tensor(rewards, dtype=torch.float32)
+    verl_adv, _ = compute_grpo_outcome_advantage(scores, torch.ones(len(rewards), 3), groups)
+    seam_adv, _ = group_advantages(groups, rewards, ddof=1)
+    np.testing.assert_allclose(verl_adv[:, -1].numpy(), seam_adv, rtol=1e-5, atol=1e-6)
+    population, _ = group_advantages(groups, rewards)
+    assert not np.allclose(population, seam_adv)  # the default differs by sqrt(G/(G-1))
