@@ -234,7 +234,11 @@ def _row_groups(shards: list[Path], wanted: set[str]) -> list[list[tuple]]:
         rows_at = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
         if not len(rows_at):
             continue
-        table = pq.read_table(shard, columns=columns).take(pa.array(rows_at))
+        # The filter skips row groups without a wanted id (their statistics say so) and
+        # keeps row order, so the rows line up with ``rows_at``.
+        table = pq.read_table(shard, columns=columns, filters=[("rollout_id", "in", wanted)])
+        if not table["rollout_id"].equals(ids.take(pa.array(rows_at))):
+            raise VerifyError(f"{shard}: the filtered rows do not line up with their positions")
         for row_index, row in zip(rows_at.tolist(), table.to_pylist()):
             previous = groups[-1][-1][2] if groups else None
             if (

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.show.model import (
@@ -80,9 +79,8 @@ def _from_build(build: Path, rollout_id: str | None, where: str | None, tokenize
     for name in manifest["shards"]:
         names = pq.read_schema(build / name).names
         columns = [c for c in [*SEGMENT_COLUMNS, "context_fidelity"] if c in names]
-        table = pq.read_table(build / name, columns=columns)
-        picked = table.filter(pc.equal(table["rollout_id"], rollout_id))
-        rows += picked.to_pylist()
+        filters = [("rollout_id", "==", rollout_id)]  # row groups without it are not read
+        rows += pq.read_table(build / name, columns=columns, filters=filters).to_pylist()
     if not rows:
         raise ShowError(
             f"{build} has no rollout {rollout_id!r} (seam sql {build} 'SELECT rollout_id FROM rollouts')"
