@@ -185,6 +185,9 @@ def test_group_advantage_with_the_sample_std_hand_computed():
         np.array(["a", "a", "a", "a"]), np.array([1.0, 0.0, 0.0, 0.0]), ddof=1
     )
     np.testing.assert_allclose(adv, [0.75 / (0.5 + 1e-6)] + [-0.25 / (0.5 + 1e-6)] * 3)
+    # Two rollouts: sample variance (0.25 + 0.25) / 1, std √0.5, A = ±0.5 / √0.5 = ±√0.5.
+    adv, _ = group_advantages(np.array(["a", "a"]), np.array([1.0, 0.0]), ddof=1)
+    np.testing.assert_allclose(adv, [0.5 / (0.5**0.5 + 1e-6), -0.5 / (0.5**0.5 + 1e-6)])
 
 
 def test_epsilon_bounds_the_advantage_of_a_group_whose_rewards_barely_differ():

@@ -163,8 +163,18 @@ def _annotations(node: ast.AST):
                 yield a.annotation
 
 
+_SOURCES: dict[str, str] = {}
+
+
+def _source(path: str) -> str:
+    """The target's text as first read: a file edited during a run keeps its mutants valid."""
+    if path not in _SOURCES:
+        _SOURCES[path] = (ROOT / path).read_text()
+    return _SOURCES[path]
+
+
 def mutants(path: str) -> list[Mutant]:
-    tree = ast.parse((ROOT / path).read_text())
+    tree = ast.parse(_source(path))
     return [
         Mutant(path, i, getattr(node, "lineno", 0), desc)
         for i, (node, desc, _) in enumerate(_sites(tree))
@@ -181,7 +191,7 @@ class _Unary(ast.NodeTransformer):
 
 
 def mutated_code(mutant: Mutant):
-    tree = ast.parse((ROOT / mutant.path).read_text())
+    tree = ast.parse(_source(mutant.path))
     node, _, how = _sites(tree)[mutant.index]
     kind = how[0]
     if kind == "cmp":
