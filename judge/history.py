@@ -17,6 +17,7 @@ user's ``/compact``), so trigger questions apply only to compactions the policy 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from judge.summary import summary_text
@@ -39,7 +40,7 @@ class Compaction:
     summary: str
     message_id: str  # the summary call, or the message the rewrite inserted
     summary_call: CallView | None  # None when the rewrite inserted a summary not written by a call
-    history: tuple[MessageEvent, ...]  # the live context the summary was written from
+    history: Sequence[MessageEvent]  # the live context the summary was written from
     prior: tuple[MessageEvent, ...]  # every message before the summary, compacted-away included
     trigger: str | None  # budget | model | manual, when a rewrite recorded it
     after: tuple[CallView, ...]  # the action calls of the window it opens

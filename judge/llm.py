@@ -25,6 +25,7 @@ failure). Answers are cached by the request body, i.e. by prompt (``chat_client`
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
@@ -77,7 +78,7 @@ class JudgeAnswer(BaseModel):
 @dataclass(frozen=True)
 class Candidate:
     call_index: int  # the call a finding names (for an inserted summary: the first call after it)
-    context: tuple[MessageEvent, ...]  # what was in context when the step was made
+    context: Sequence[MessageEvent]  # what was in context when the step was made
     step: MessageEvent  # the call, or the summary message a rewrite inserted
     types: tuple[str, ...]
     hints: tuple[str, ...] = ()  # the rule judge's hits on this step

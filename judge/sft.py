@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from judge.attach import CorrectionsFile, attach, executed_output_text
 from judge.audit import SUMMARY_AUDIT, audit_rollout
 from judge.filters import FilterOptions, over_length, rollout_filter, trim_dangling_call
 from judge.synthesize import synthesize_summary_calls
+from pipeline.mask import MaskedSegment
 from pipeline.render import template_message
 from pipeline.segment import replay
 from schemas.rollout import Rollout
@@ -201,7 +203,7 @@ class TaskStage:
             return False
         return True
 
-    def accept(self, rollout: Rollout, segments) -> dict[str, list]:
+    def accept(self, rollout: Rollout, segments: Sequence[MaskedSegment]) -> dict[str, list]:
         """The rollout became rows: count its corrections, keep its pairs, and return the
         SFT column values of its rows (``segments``: its masked segments, in order)."""
         self.counts["corrections_attached"] += len(rollout.corrections)

@@ -30,12 +30,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
-from typing import Any
 
 from pipeline import __version__
 from pipeline.canonical_io import RangeFeeder
 from pipeline.inputs import Task, plan_tasks, resolve_inputs, walked_files
 from pipeline.shard_schema import SHARD_SCHEMA_VERSION
+from pipeline.stage import BuildStage
 from pipeline.worker import WorkerConfig, die_with_parent, part_paths, run_task, segmenter_for
 from pipeline.write import file_sha256, merge_quarantine, write_json, write_shards
 
@@ -66,9 +66,9 @@ class BuildConfig:
     engine: str = "local"
     ray_address: str | None = None
     rewards: str | None = None
-    # Optional per-rollout stage with extra columns and side outputs (judge/sft.py:
-    # SftStage for build-sft); None builds plain RL rows.
-    stage: Any = None
+    # Optional stage with per-rollout work, extra columns and side outputs
+    # (``pipeline/stage.py``; judge/sft.py's SftStage for build-sft); None: plain RL rows.
+    stage: BuildStage | None = None
 
     def row_options(self):
         from pipeline.mask import MaskOptions

@@ -83,7 +83,7 @@ class BuildBrowser:
             sql += f" WHERE ({where})"
         try:
             con = connect(self.dir)
-            total = con.execute(f"SELECT count(*) FROM ({sql})").fetchone()[0]
+            (total,) = con.execute(f"SELECT count(*) FROM ({sql})").fetchone() or (0,)
             rows = con.execute(f"{sql} ORDER BY rollout_id LIMIT {LIST_LIMIT}").fetchall()
         except Exception as exc:  # the user's SQL: its one-line error, on the page
             message = escape(str(exc).splitlines()[0])

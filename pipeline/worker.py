@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,6 +41,7 @@ from pipeline.rows import (
     rollout_reward,
 )
 from pipeline.segment import Segmenter
+from pipeline.stage import BuildStage
 from schemas.rollout import Rollout
 
 RAW_EXCERPT_LIMIT = 1 << 20  # quarantined raw text kept per record (file + line point to the rest)
@@ -54,7 +54,7 @@ class WorkerConfig:
     chat_template: str | None
     options: RowOptions
     rewards: str | None = None  # --rewards FILE: outcomes joined by rollout or session id
-    stage: Any = None  # BuildConfig.stage: per-rollout prepare, segment filter, extra columns
+    stage: BuildStage | None = None  # BuildConfig.stage (pipeline/stage.py)
 
 
 _SEGMENTERS: dict[tuple, Segmenter] = {}
