@@ -1,9 +1,13 @@
-"""Rollout → segment rows (stage 2 of the build, after seams and masks).
+"""Rollout → segment rows: cut it into segments (``segment.py``), mask each one
+(``mask.py``) and lay the rows out column by column.
 
-A rollout's rows carry everything that depends on the rollout alone; the columns that
-depend on its task group (``advantage``, ``group_size``) are filled when all rollouts
-have been seen (``pipeline/write.py``). Rows accumulate column-wise in ``RowBatch`` and
-become one Arrow table with the explicit shard schema — no schema is ever inferred.
+``masked_segments`` does the first two for one rollout (and drops truncated segments
+under ``drop_truncated``, counting them). ``RowBatch`` collects the rows of a task's
+rollouts column-wise and becomes one Arrow table with an explicit schema — the shard
+schema plus the internal ``_rollout_ordinal`` — that the worker writes as a part file
+(``worker.py``); no schema is ever inferred. The columns that depend on the rollout's
+task group (``advantage``, ``group_size``) are placeholders here: ``write.py`` fills
+them once every task is done, joining on the rollout ordinal.
 """
 
 from __future__ import annotations
