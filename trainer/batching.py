@@ -1,7 +1,7 @@
 """Shard rows → segments → steps → packed micro-batches.
 
 A shard row is one segment (``pipeline/shard_schema.py``). Here it becomes a
-``Segment`` of numpy arrays; a training step takes the segments of a few rollouts; they
+``TrainingSegment`` of numpy arrays; a training step takes the segments of a few rollouts; they
 are packed into micro-batches by token budget: sequences are concatenated into one row
 whose ``position_ids`` restart at 0 for each segment, which Hugging Face models turn
 into a block-diagonal causal mask (varlen kernels with flash-attention). Nothing is padded.
@@ -34,7 +34,7 @@ COLUMNS = [
 
 
 @dataclass(frozen=True)
-class Segment:
+class TrainingSegment:
     rollout_id: str
     segment_index: int
     input_ids: np.ndarray  # [L] int64
@@ -73,14 +73,14 @@ def _list_column(table: pa.Table, name: str, dtype) -> list[np.ndarray | None]:
     return [values[offsets[i] : offsets[i + 1]] if valid[i] else None for i in range(len(array))]
 
 
-def read_segments(shards_dir: str | Path) -> list[Segment]:
+def read_segments(shards_dir: str | Path) -> list[TrainingSegment]:
     """Every row of ``DIR/train-*.parquet``, ordered by rollout (first appearance) and segment."""
     files = sorted(Path(shards_dir).glob(SHARD_GLOB))
     if not files:
         raise FileNotFoundError(
             f"{shards_dir}: no {SHARD_GLOB} shards (build them with 'seam build-rl')"
         )
-    segments: list[Segment] = []
+    segments: list[TrainingSegment] = []
     for path in files:
         table = pq.read_table(path, columns=COLUMNS)
         ids = _list_column(table, "input_ids", np.int64)
@@ -117,7 +117,7 @@ def read_segments(shards_dir: str | Path) -> list[Segment]:
                     "the first token is marked trainable"
                 )
             segments.append(
-                Segment(
+                TrainingSegment(
                     row["rollout_id"],
                     row["segment_index"],
                     tokens,
@@ -135,11 +135,11 @@ def read_segments(shards_dir: str | Path) -> list[Segment]:
 
 
 def plan_steps(
-    segments: list[Segment],
+    segments: list[TrainingSegment],
     rollouts_per_step: int,
     num_steps: int,
     max_step_tokens: int | None = None,
-) -> list[list[Segment]]:
+) -> list[list[TrainingSegment]]:
     """Consecutive steps over the segments, in rollout order, cycling when the data runs out.
 
     A step takes the next segments until it holds ``rollouts_per_step`` rollouts or the
@@ -149,7 +149,7 @@ def plan_steps(
     """
     steps, cursor = [], 0
     for _ in range(num_steps):
-        step: list[Segment] = []
+        step: list[TrainingSegment] = []
         rollouts: set[str] = set()
         tokens = 0
         while len(step) < len(segments):  # never the same segment twice in one step
@@ -166,7 +166,7 @@ def plan_steps(
     return steps
 
 
-def pack(segments: list[Segment], token_budget: int) -> list[MicroBatch]:
+def pack(segments: list[TrainingSegment], token_budget: int) -> list[MicroBatch]:
     """First-fit-decreasing packing of segments into rows of at most ``token_budget`` tokens.
 
     A segment longer than the budget gets a row of its own. ``spans`` refer to the
@@ -188,7 +188,7 @@ def pack(segments: list[Segment], token_budget: int) -> list[MicroBatch]:
     return [_pack_row([(i, segments[i]) for i in sorted(members)]) for members in bins]
 
 
-def _pack_row(members: list[tuple[int, Segment]]) -> MicroBatch:
+def _pack_row(members: list[tuple[int, TrainingSegment]]) -> MicroBatch:
     ids, pos, targets, trainable, old, spans = [], [], [], [], [], []
     start = 0
     for index, seg in members:

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.batching import MicroBatch, Segment, pack
+from trainer.batching import MicroBatch, TrainingSegment, pack
 from trainer.flops import ModelShape
 from trainer.gae import DEFAULT_ALPHA, LAMBDA_RULES, cross_trajectory_gae, segment_lambda
 from trainer.losses import approx_kl, clipped_surrogate, clipped_value_loss, token_level
@@ -158,7 +158,7 @@ class PPOTrainer:
 
     # -- 1-3: pack, old log-probs, values, advantages ------------------------------------
 
-    def prepare(self, segments: list[Segment]) -> list[PreparedBatch]:
+    def prepare(self, segments: list[TrainingSegment]) -> list[PreparedBatch]:
         """Micro-batches of the step with old log-probs, old values, Â and G filled in."""
         prepared = [self._to_device(b) for b in pack(segments, self.config.micro_batch_tokens)]
         # Without dropout: the old log-probs stand for the sampling policy, which did not drop
@@ -191,7 +191,7 @@ class PPOTrainer:
             torch.as_tensor(batch.old_logprobs[positions], device=self.device),
         )
 
-    def _fill_advantages(self, p: PreparedBatch, segments: list[Segment]) -> None:
+    def _fill_advantages(self, p: PreparedBatch, segments: list[TrainingSegment]) -> None:
         positions = p.positions.cpu().numpy()
         assert p.old_values is not None  # filled by the critic pass (step 2)
         values = p.old_values.float().cpu().numpy()
@@ -276,7 +276,7 @@ class PPOTrainer:
 
     # -- the step --------------------------------------------------------------------------
 
-    def step(self, segments: list[Segment]) -> StepMetrics:
+    def step(self, segments: list[TrainingSegment]) -> StepMetrics:
         started = time.perf_counter()
         prepared = self.prepare(segments)
         total_trainable = sum(int(p.positions.numel()) for p in prepared)

@@ -33,7 +33,7 @@ from pipeline.simulate.actions import (
 from pipeline.simulate.bugs import Failure
 from pipeline.simulate.sidetrips import wander
 from pipeline.simulate.state import Step, WorkState
-from pipeline.simulate.tasks import Task
+from pipeline.simulate.tasks import CodingTask
 
 _WANDER = "wander"
 
@@ -109,7 +109,7 @@ def build_plan(rng: random.Random, resolved: bool, n_steps: int) -> list[str]:
 
 class Agent:
     def __init__(
-        self, task: Task, rng: random.Random, resolved: bool, n_steps: int, reasoning: bool
+        self, task: CodingTask, rng: random.Random, resolved: bool, n_steps: int, reasoning: bool
     ):
         self.task = task
         self.rng = rng

@@ -17,7 +17,7 @@ from pipeline.simulate.actions import ramble
 from pipeline.simulate.agent import Agent
 from pipeline.simulate.context import Engine
 from pipeline.simulate.episode import Config, Episode
-from pipeline.simulate.tasks import Task, make_task
+from pipeline.simulate.tasks import CodingTask, make_task
 from schemas.rollout import Rollout
 
 SOURCE = "seam-simulate"
@@ -125,7 +125,9 @@ def group_outcomes(task_rng: random.Random, size: int) -> list[bool]:
     return outcomes
 
 
-def simulate_rollout(engine: Engine, task: Task, seed: str, member: int, intended: bool) -> Rollout:
+def simulate_rollout(
+    engine: Engine, task: CodingTask, seed: str, member: int, intended: bool
+) -> Rollout:
     rng = random.Random(f"{seed}:rollout:{task.task_id}:{member}")
     cfg = draw_config(rng)
     tools = (

@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass, field
 
 from pipeline.simulate.state import WorkState
-from pipeline.simulate.tasks import Task
+from pipeline.simulate.tasks import CodingTask
 
 Q_SUM = (
     "Your context window is almost full. Write a summary of the work so far; it will replace the conversation "
@@ -72,7 +72,7 @@ def _actions(state: WorkState) -> list[str]:
     return [a if n == 1 else f"{a} (x{n})" for a, n in out]
 
 
-def _code(task: Task, workspace_text: str) -> list[str]:
+def _code(task: CodingTask, workspace_text: str) -> list[str]:
     lines = workspace_text.split("\n")
     start = next(
         (
@@ -98,7 +98,7 @@ def _code(task: Task, workspace_text: str) -> list[str]:
 
 
 def _sections(
-    task: Task,
+    task: CodingTask,
     state: WorkState,
     workspace_text: str,
     rng: random.Random,
@@ -188,7 +188,7 @@ def _sections(
 
 
 def write_summary(
-    task: Task,
+    task: CodingTask,
     state: WorkState,
     workspace_text: str,
     rng: random.Random,

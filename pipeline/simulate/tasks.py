@@ -34,7 +34,9 @@ _FILLER_TESTS = {
 
 
 @dataclass
-class Task:
+class CodingTask:
+    """A simulated coding task: a repository, an issue and the test that shows it."""
+
     task_id: str
     seed: str
     repo: RepoSpec
@@ -119,7 +121,7 @@ class Task:
         return f"{title} (#{self.issue_number})\n\n{body}\n\nSeen with {self.repo.name} {self.version} on Python 3.11."
 
 
-def make_task(seed: str, index: int) -> Task:
+def make_task(seed: str, index: int) -> CodingTask:
     """The ``index``-th task of a simulation run seeded with ``seed``. Its id is
     SWE-bench-like (``org__repo-ISSUE``) plus seed and index, so ids never collide
     within a run or across runs with different seeds."""
@@ -144,7 +146,7 @@ def make_task(seed: str, index: int) -> Task:
     test_lines, test_names = _test_lines(repo, mod, bug, names, helpers, rng)
     tree = repo_tree(repo, rng)
     callers = _callers(repo, mod, func.split(".")[0], rng)
-    return Task(
+    return CodingTask(
         task_id=f"{repo.org}__{repo.name}-{number}.{seed}.{index}",
         seed=task_seed,
         repo=repo,
@@ -224,7 +226,7 @@ def _callers(
     return hits
 
 
-def _other_file(task: Task, path: str) -> list[str]:
+def _other_file(task: CodingTask, path: str) -> list[str]:
     """Contents of a file nobody edits, generated from a generator keyed by its path."""
     rng = random.Random(f"{task.seed}:{path}")
     repo = task.repo
