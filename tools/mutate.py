@@ -234,8 +234,9 @@ def install(mutant: Mutant) -> None:
 
 
 def run(mutant: Mutant, tests: list[str], timeout: int) -> str:
-    """'killed', 'survived' or 'timeout': the tests run in a forked child that installs
-    the mutant (the parent stays clean for the next one)."""
+    """'killed', 'survived' or 'timeout' (undecided: a mutant that makes the code hang,
+    or a loaded machine): the tests run in a forked child that installs the mutant (the
+    parent stays clean for the next one)."""
     pid = os.fork()
     if pid == 0:
         import pytest
@@ -300,7 +301,9 @@ def main() -> int:
     all_tests = sorted({t for p in targets for t in tests_of(p)})
     warm_up(all_tests)
     known = explained(ROOT / "docs" / "mutation.md")
-    survivors, total, started = [], 0, time.monotonic()
+    survivors: list[Mutant] = []
+    undecided: list[Mutant] = []  # the tests did not finish within --timeout
+    total, started = 0, time.monotonic()
     for path in targets:
         found = [m for m in mutants(path) if not args.mutant or m.key in args.mutant]
         killed = 0
@@ -308,6 +311,8 @@ def main() -> int:
             outcome = run(m, tests_of(path), args.timeout)
             if outcome == "survived":
                 survivors.append(m)
+            elif outcome == "timeout":
+                undecided.append(m)
             else:
                 killed += 1
             print(f"[{n}/{len(found)}] {outcome:8} {m.key}", flush=True)
@@ -315,7 +320,11 @@ def main() -> int:
         print(f"{path}: {killed}/{len(found)} killed", flush=True)
     unexplained = [m for m in survivors if m.key not in known]
     minutes = (time.monotonic() - started) / 60
-    print(f"\n{total - len(survivors)}/{total} mutants killed in {minutes:.1f} min")
+    killed_all = total - len(survivors) - len(undecided)
+    print(f"\n{killed_all}/{total} mutants killed, {len(survivors)} survived, ", end="")
+    print(f"{len(undecided)} timed out (a hang, or a slow machine) in {minutes:.1f} min")
+    for m in undecided:
+        print(f"timed out: {m.key}")
     for m in unexplained:
         print(f"not explained in docs/mutation.md: {m.key}")
     return 1 if unexplained else 0
