@@ -60,8 +60,13 @@ def anthropic_to_openai(body: dict) -> dict:
     if system:
         messages.append({"role": "system", "content": _text_of(system, "system")})
     for i, msg in enumerate(body["messages"]):
-        if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
-            raise DialectError(f"messages[{i}]: role must be 'user' or 'assistant'")
+        if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant", "system"):
+            raise DialectError(f"messages[{i}]: role must be 'user', 'assistant' or 'system'")
+        if msg["role"] == "system":  # newer Claude Code sends system notes between turns
+            messages.append(
+                {"role": "system", "content": _text_of(msg.get("content"), f"messages[{i}]")}
+            )
+            continue
         messages.extend(_anthropic_message(msg, f"messages[{i}]"))
     out: dict[str, Any] = {"model": body.get("model"), "messages": messages}
     if body.get("max_tokens") is not None:

@@ -64,7 +64,10 @@ class LoopJudge(Protocol):
 
 
 class RuleJudge:
-    name = "seam-rules/1"
+    def __init__(self) -> None:
+        from judge.rules import RULE_JUDGE
+
+        self.name = RULE_JUDGE
 
     async def review(self, rollout: Rollout, call_index: int, candidate: dict) -> Outcome:
         return await asyncio.to_thread(self._review, rollout, call_index, candidate)

@@ -341,7 +341,9 @@ def test_the_rule_judge_reviews_every_call(model_server, start_gateway):
     client = openai.OpenAI(base_url=gw.base("t", "rules") + "/v1", api_key="none")
     _session_with_compaction(client)
     calls = [json.loads(x) for x in (gw.out / "calls" / "rules.jsonl").read_text().splitlines()]
-    assert [c["seam"]["judge"]["name"] for c in calls] == ["seam-rules/1"] * 4
+    from judge.rules import RULE_JUDGE
+
+    assert [c["seam"]["judge"]["name"] for c in calls] == [RULE_JUDGE] * 4
     # The tiny model's summary keeps no next step: the rule judge says so on that call.
     verdicts = [f["verdict"] for f in calls[2]["seam"]["judge"]["findings"]]
     assert "missing_next_step" in verdicts

@@ -75,3 +75,79 @@ def test_mini_swe_agent_session_through_the_gateway_trains_exactly_the_sampled_i
     # The tool outputs the harness sent are context the model saw, never trained.
     last = model_server.produced[-1]
     assert rows[0]["input_ids"] == last.prompt_ids + last.output_ids
+
+
+@pytest.mark.skipif(
+    not os.environ.get("SEAM_CLAUDE_CLI"),
+    reason="set SEAM_CLAUDE_CLI to a Claude Code CLI (npm install @anthropic-ai/claude-code)",
+)
+def test_claude_code_through_the_gateway_tool_use_and_compaction_become_a_seam(
+    tmp_path, model_server, start_gateway
+):
+    """The real Claude Code CLI, offline, with ANTHROPIC_BASE_URL on the gateway: a Bash tool
+    call it executes, then /compact; the build has the compaction as a seam and trains
+    exactly the sampled ids."""
+    import subprocess
+
+    gw = start_gateway(model_server.url)
+    home, project = tmp_path / "home", tmp_path / "home" / "proj"
+    project.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": gw.base("cc-task", "cc-1"),
+        "ANTHROPIC_API_KEY": "sk-fake",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    bash = json.dumps(
+        {"name": "Bash", "arguments": {"command": "echo seam-was-here", "description": "Say it"}}
+    )
+    model_server.script.extend(
+        [f"<tool_call>\n{bash}\n</tool_call>", " done", " Summary: ran echo; next: nothing"]
+    )
+    for prompt, flags in (
+        ("run echo", ["--allowedTools", "Bash"]),
+        ("/compact", ["--continue"]),
+        ("what next?", ["--continue"]),
+    ):
+        done = subprocess.run(
+            [os.environ["SEAM_CLAUDE_CLI"], "-p", prompt, "--model", "tiny", *flags],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    calls = [json.loads(x) for x in (gw.out / "calls" / "cc-1.jsonl").read_text().splitlines()]
+    assert len(calls) == len(model_server.produced) == 4
+    tool_results = [m for m in calls[1]["request"]["messages"] if m["role"] == "tool"]
+    assert "seam-was-here" in tool_results[0]["content"]  # Claude Code ran the command
+    assert calls[1]["seam"]["extends_previous"] is True
+    # Claude Code (2.1) leaves the previous turn's final text out of its /compact request,
+    # so the summary call's context is a rewrite too (seen on the real CLI; seam cuts there).
+    assert calls[2]["seam"].get("kind") == "summary"
+    assert calls[2]["seam"]["extends_previous"] is False
+    assert calls[3]["seam"]["extends_previous"] is False
+
+    rewards = tmp_path / "rewards.jsonl"
+    rewards.write_text(json.dumps({"rollout_id": "cc-1", "reward": 1.0}) + "\n")
+    out = tmp_path / "rl"
+    result = run_build(
+        BuildConfig(
+            inputs=[str(gw.out / "calls")],
+            out=str(out),
+            rewards=str(rewards),
+            progress=False,
+            workers=1,
+        )
+    )
+    assert result.counts["accepted"] == 1
+    rows = (
+        duckdb.sql(f"SELECT * FROM '{out}/train-*.parquet' ORDER BY segment_index").pl().to_dicts()
+    )
+    assert [r["seam_kind"] for r in rows] == ["none", "edit", "compaction"]
+    trained = [t for r in rows for t, m in zip(r["input_ids"], r["loss_mask"]) if m]
+    assert trained == [t for p in model_server.produced for t in p.output_ids]
