@@ -51,7 +51,7 @@ $(TRAINERS)/.installed: pyproject.toml
 	touch $@
 
 test-trainers: $(TRAINERS)/.installed
-	PYTHONPATH=$(CURDIR) $(TRAINERS)/bin/python -m pytest -q -p no:cacheprovider \
+	PYTHONPATH=$(CURDIR) $(TRAINERS)/bin/python -m pytest -p no:cacheprovider \
 		tests/report/test_with_trl.py tests/report/test_with_verl.py
 
 ## Style and types: ruff lint, ruff format check, mypy (config in pyproject.toml)
