@@ -50,6 +50,10 @@ from schemas.rollout import Rollout
 MODES = ("all", "sample", "none")
 SAMPLE_MIN = 16  # rollouts a sample always covers (all of a smaller build)
 SAMPLE_FRACTION = 1 / 50  # and this fraction of a larger one
+# In a sample audit, calls per row whose whole context is rendered and compared (spread
+# evenly, first and last included): rendering every call's context costs O(calls²) per
+# segment, so a 10 k-call segment would cost ~500× a 1 k-call one instead of 10×.
+SAMPLE_CONTEXTS_PER_ROW = 32
 ROW_COLUMNS = [
     "rollout_id",
     "source",
@@ -117,6 +121,7 @@ class _Options:
     mask_summaries: bool
     last_call_only: bool
     drops_segments: bool  # --drop-truncated or the SFT length filter may leave calls out
+    contexts_per_row: int | None = None  # None: every call's context is checked
 
 
 def verify_build(
@@ -135,6 +140,7 @@ def verify_build(
         bool(config.get("mask_summaries")),
         bool(config.get("last_call_only")),
         bool(config.get("drop_truncated")) or manifest.get("kind") == "sft",
+        SAMPLE_CONTEXTS_PER_ROW if mode == "sample" else None,
     )
     renderer = build_renderer(manifest, tokenizer)
     shards = [out / name for name in manifest["shards"]]
@@ -374,6 +380,7 @@ class _RolloutCheck:
         expected = np.zeros(len(tokens), dtype=np.int64)
         text = _RowText(self.r, tokens, spans)
         last = len(spans) - 1
+        with_context = spread(len(spans), self.options.contexts_per_row)
         for j, span in enumerate(spans):
             index = span["call_index"]
             if not 0 <= index < len(self.calls):
@@ -382,7 +389,7 @@ class _RolloutCheck:
             if index in covered:
                 yield f"call {index} is in more than one row"
             covered.add(index)
-            yield from self._span(tokens, text, span, j == last, row, expected)
+            yield from self._span(tokens, text, span, j == last, j in with_context, row, expected)
         end = spans[-1]["start"] + spans[-1]["length"]
         if end != len(tokens):
             yield f"the last call's output ends at token {end}, the row has {len(tokens)} tokens"
@@ -401,6 +408,7 @@ class _RolloutCheck:
         text: _RowText,
         span: dict,
         is_last: bool,
+        check_context: bool,
         row: dict,
         expected: np.ndarray,
     ) -> Iterator[str]:
@@ -416,7 +424,10 @@ class _RolloutCheck:
             yield f"{name}: span [{start}, {start + length}) outside the row's {len(tokens)} tokens"
             return
         out = tokens[start : start + length]
-        context = [template_message(c) for c in call.context]
+        # The whole context as the template sees it: O(context) per call, built only
+        # where it is compared or the template needs it to render the output.
+        needed = check_context or (m.output_ids is None and not self.r.incremental)
+        context = [template_message(c) for c in call.context] if needed else []
         if m.output_ids is not None:
             if not np.array_equal(out, m.output_ids):
                 yield f"{name}: trained span ids differ from the logged output_ids{_first_diff(out, m.output_ids)}"
@@ -428,7 +439,8 @@ class _RolloutCheck:
                     f"{name}: trained span decodes to {_excerpt(have, generated)}, "
                     f"the call generated {_excerpt(generated, have)}"
                 )
-        yield from self._context(tokens[:start], text, call, context, row["drift_realigned"])
+        if check_context:
+            yield from self._context(tokens[:start], text, call, context, row["drift_realigned"])
         train = not (self.options.mask_summaries and m.call_kind == "summary") and not (
             self.options.last_call_only and not is_last
         )
@@ -493,6 +505,14 @@ class _RolloutCheck:
             for (shard, i, row), want in zip(group, wanted)
             if list(row[FIDELITY_COLUMN] or []) != want
         ]
+
+
+def spread(n: int, limit: int | None) -> set[int] | range:
+    """Indices of ``n`` items to check: all, or ``limit`` spread evenly (first and last
+    included) when there are more."""
+    if limit is None or n <= limit:
+        return range(n)
+    return {round(k * (n - 1) / (limit - 1)) for k in range(limit)}
 
 
 class _RowText:

@@ -80,3 +80,34 @@ def test_a_calls_context_is_a_view_of_the_live_messages_not_a_copy():
     assert last[-1].id == "t1" and [m.id for m in last[2:4]] == ["a0", "t0"]
     assert last == tuple(last) and tuple(last) == last and last != views[0].context
     assert [m.id for m in last + (views[-1].message,)] == [*(m.id for m in last), "a2"]
+
+
+def verify_cost(tmp_path, n: int) -> int:
+    """Python function calls of the sample audit (``seam verify``) of a build of
+    ``many_calls(n)``; the audit must find nothing wrong."""
+    from pipeline.build import BuildConfig, run_build
+    from pipeline.verify import verify_build
+
+    src, out = tmp_path / f"in-{n}.jsonl", tmp_path / f"out-{n}"
+    src.write_text(many_calls(n).model_dump_json() + "\n")
+    run_build(BuildConfig(inputs=[str(src)], out=str(out), workers=1, progress=False))
+    profile = cProfile.Profile()
+    profile.enable()
+    result = verify_build(out, "sample")
+    profile.disable()
+    assert result.ok and result.totals()["spans"] == n, result.mismatches[:3]
+    return pstats.Stats(profile).total_calls
+
+
+def test_the_sample_audit_of_ten_times_the_calls_costs_about_ten_times_the_work(tmp_path):
+    small, big = verify_cost(tmp_path, 200), verify_cost(tmp_path, 2000)
+    assert big <= RATIO * small, (small, big)
+
+
+def test_the_sample_audit_checks_contexts_spread_over_a_long_row():
+    from pipeline.verify import spread
+
+    assert spread(5, None) == range(5) and spread(5, 8) == range(5)
+    picked = spread(2000, 32)
+    assert len(picked) == 32 and {0, 1999} <= picked
+    assert max(b - a for a, b in zip(sorted(picked), sorted(picked)[1:])) <= 2000 // 31 + 1
