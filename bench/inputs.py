@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from pipeline.render import ChatRenderer
-from pipeline.segment import replay
+from schemas.replay import replay
 from schemas.rollout import MessageEvent, Rollout
 
 

@@ -205,7 +205,7 @@ def bench_naive(sample, sizes: list[int], counts: dict[int, int]) -> dict:
         # rollouts, so that seam does not profit from the repetition the baseline pays for.
         seam_s = 0.0
         for r in items:
-            segmenter.r.forget()
+            segmenter.renderer.forget()
             start = time.perf_counter()
             masked_segments(r, segmenter, RowOptions())
             seam_s += time.perf_counter() - start

@@ -28,8 +28,8 @@ from pydantic import ValidationError
 
 from judge.facts import classify
 from judge.history import POST_COMPACTION_CALLS, compactions
-from pipeline.segment import CallView, replay
 from schemas.correction import Correction
+from schemas.replay import CallView, replay
 from schemas.rollout import MessageEvent, Rollout
 
 # A "too early" trigger correction replaces a compaction with more work; the compaction

@@ -20,7 +20,7 @@ import pyarrow as pa
 from judge.history import Compaction, compactions
 from judge.summary import SummaryCheck, check_summary
 from judge.workspace import workspace_state
-from pipeline.segment import replay
+from schemas.replay import replay
 from schemas.rollout import Rollout
 
 SUMMARY_AUDIT = pa.struct(

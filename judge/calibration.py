@@ -35,8 +35,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from judge.history import POST_COMPACTION_CALLS, Compaction, compactions
 from judge.rules import ALL_CHECKS, judge_rollout
-from pipeline.segment import replay
 from schemas.correction import Finding
+from schemas.replay import replay
 from schemas.rollout import Rollout
 
 

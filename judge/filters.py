@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from judge.facts import classify, mentions_path, parse_arguments, paths_in, same_path
 from judge.history import POST_COMPACTION_CALLS, compactions
 from judge.workspace import workspace_state
-from pipeline.segment import replay
+from schemas.replay import replay
 from schemas.rollout import MessageEvent, RewriteEvent, Rollout
 
 # Working-state summaries share their headings and code excerpts, so consecutive summaries

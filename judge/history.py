@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from judge.summary import summary_text
-from pipeline.segment import CallView
+from schemas.replay import CallView
 from schemas.rollout import MessageEvent, RewriteEvent, Rollout
 
 # AutoCompact reviews "the first steps after compaction"; three calls cover re-orienting

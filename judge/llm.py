@@ -36,8 +36,8 @@ from judge.attach import executed_output_text
 from judge.chat_client import ChatClient, ChatError
 from judge.history import POST_COMPACTION_CALLS, SUMMARY_FLAGS, compactions
 from judge.rules import ALL_CHECKS, judge_rollout, policy_compacts
-from pipeline.segment import replay
 from schemas.correction import CorrectionType, Evidence, Finding, OmittedItem, Verdict
+from schemas.replay import replay
 from schemas.rollout import MessageEvent, Rollout
 
 VERDICTS_BY_TYPE: dict[str, tuple[str, ...]] = {

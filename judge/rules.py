@@ -29,8 +29,8 @@ from judge.facts import classify, mentions_path, paths_in, test_names_in
 from judge.history import POST_COMPACTION_CALLS, Compaction, compactions, windows
 from judge.summary import split_summary, summary_body
 from judge.workspace import steps_in, workspace_state
-from pipeline.segment import CallView, replay
 from schemas.correction import Evidence, Finding, OmittedItem
+from schemas.replay import CallView, replay
 from schemas.rollout import MessageEvent, Rollout, ToolCall
 
 RULE_JUDGE = "seam-rules/2"

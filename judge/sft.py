@@ -40,7 +40,7 @@ from judge.filters import FilterOptions, over_length, rollout_filter, trim_dangl
 from judge.synthesize import synthesize_summary_calls
 from pipeline.mask import MaskedSegment
 from pipeline.render import template_message
-from pipeline.segment import replay
+from schemas.replay import replay
 from schemas.rollout import Rollout
 
 _EVIDENCE = pa.struct([("message_id", pa.string()), ("quote", pa.string())])

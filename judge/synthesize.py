@@ -28,7 +28,7 @@ from pathlib import Path
 from judge.history import compactions
 from judge.summary import summary_body
 from pipeline.fidelity import SYNTHESIZED_KEY
-from pipeline.segment import replay
+from schemas.replay import replay
 from schemas.rollout import MessageEvent, RewriteEvent, Rollout
 
 DEFAULT_PROMPT = Path(__file__).resolve().parent / "prompts" / "summary_call.txt"

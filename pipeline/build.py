@@ -162,7 +162,7 @@ def _tokenizer_info(config: BuildConfig) -> dict:
     from pipeline.worker import segmenter_with
 
     try:
-        renderer = segmenter_with(config.tokenizer, config.chat_template).r
+        renderer = segmenter_with(config.tokenizer, config.chat_template).renderer
     except TemplateError as exc:
         raise BuildError(
             f"the chat template ({config.chat_template or 'of the tokenizer'}) cannot be used: {exc}"

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from pipeline.segment import CallView, Segment, replay
+from pipeline.segment import Segment
+from schemas.replay import CallView, replay
 from schemas.rollout import MessageEvent, RewriteEvent, Rollout
 
 EXACT = "exact"

@@ -65,7 +65,7 @@ def masked_segments(
     masked = []
     for seg in segments:
         logged = [calls[s.call_index].output_ids is not None for s in seg.spans]
-        masked.append(mask_segment(seg, options.mask, segmenter.r.eos_id, logged))
+        masked.append(mask_segment(seg, options.mask, segmenter.renderer.eos_id, logged))
     kept = [
         m
         for m in masked

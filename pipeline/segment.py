@@ -30,9 +30,6 @@ Invariants (docs/design.md, "Seams and segments"):
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,112 +37,24 @@ import numpy as np
 from pipeline.render import ChatRenderer, template_message
 from pipeline.seams import CallSpan, Segment, SegmentBuilder, extension
 from schemas.kinds import SeamKind
+from schemas.replay import CallContext, CallView, replay
 from schemas.rollout import MessageEvent, RewriteEvent, Rollout
 
-__all__ = ["CallContext", "CallSpan", "CallView", "Segment", "Segmenter", "replay"]
-
-
-class CallContext(Sequence[MessageEvent]):
-    """The first ``n`` messages of a replay's live list: a call's context, not a copy.
-
-    Between two rewrites the live list only grows, so every call's context is a prefix
-    of it; copying it at each call would cost O(calls²) time and memory in one segment
-    (10 k calls: 10⁸ references). A view costs O(1), and two views of one list whose
-    lengths are ordered are prefixes of each other without comparing a message
-    (``extends``). Reads like a tuple: ``len``, indexing, iteration; slices and ``+``
-    give tuples.
-    """
-
-    __slots__ = ("_items", "_n")
-
-    def __init__(self, items: list[MessageEvent], n: int):
-        self._items, self._n = items, n
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return tuple(self._items[slice(*i.indices(self._n))])
-        if not -self._n <= i < self._n:
-            raise IndexError("context index out of range")
-        return self._items[i % self._n]
-
-    def __iter__(self) -> Iterator[MessageEvent]:
-        return itertools.islice(self._items, self._n)
-
-    def __add__(self, other) -> tuple:
-        return (*self, *other)
-
-    def __radd__(self, other) -> tuple:
-        return (*other, *self)
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, (CallContext, tuple)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return f"CallContext({len(self)} messages)"
-
-    def extends(self, other: CallContext) -> bool:
-        """Whether ``other`` is a prefix of this context, decided in O(1) when both are
-        views of one live list and in O(len(other)) message ids otherwise."""
-        if len(self) < len(other):
-            return False
-        if self._items is other._items:
-            return True
-        return all(a.id == b.id for a, b in zip(self, other))
-
-
-@dataclass(frozen=True)
-class CallView:
-    """One policy call: the assistant message and the live context it was sampled from."""
-
-    index: int
-    message: MessageEvent
-    context: CallContext
-    rewrite: RewriteEvent | None  # the first rewrite since the previous call, if any
-
-
-def replay(rollout: Rollout) -> list[CallView]:
-    """Replay the events: the live context at each call."""
-    live: list[MessageEvent] = []
-    by_id: dict[str, MessageEvent] = {}
-    calls: list[CallView] = []
-    pending: RewriteEvent | None = None
-    for event in rollout.events:
-        if isinstance(event, RewriteEvent):
-            new = []
-            for item in event.context:
-                if isinstance(item, MessageEvent):
-                    by_id[item.id] = item
-                    new.append(item)
-                else:
-                    new.append(by_id[item.id])
-            live = new
-            pending = pending or event
-            continue
-        if event.role == "assistant":
-            calls.append(CallView(len(calls), event, CallContext(live, len(live)), pending))
-            pending = None
-        by_id[event.id] = event
-        live.append(event)
-    return calls
+__all__ = ["CallSpan", "Segment", "Segmenter"]
 
 
 class Segmenter:
     """Cuts rollouts into segments for one renderer (tokenizer + chat template)."""
 
     def __init__(self, renderer: ChatRenderer):
-        self.r = renderer
+        self.renderer = renderer
         self._generation_prompt_ids = renderer.encode(renderer.generation_prompt())
 
     def segments(self, rollout: Rollout) -> list[Segment]:
         calls = replay(rollout)
         tools = rollout.tools or None
-        pieces = _PieceCache(self.r, tools)
-        if self.r.incremental and any(c.message.prompt_ids is None for c in calls):
+        pieces = _PieceCache(self.renderer, tools)
+        if self.renderer.incremental and any(c.message.prompt_ids is None for c in calls):
             pieces.prefetch(rollout, calls)
         done: list[Segment] = []
         seg: SegmentBuilder | None = None
@@ -176,7 +85,7 @@ class Segmenter:
                 call.message.finish_reason == "length",
                 None if logprobs is None else np.asarray(logprobs, dtype=np.float32),
             )
-            incremental = self.r.incremental and call.message.prompt_ids is None
+            incremental = self.renderer.incremental and call.message.prompt_ids is None
             rendered = call.context if incremental else None
             prev, prev_out = call, out
         if seg is not None:
@@ -187,10 +96,10 @@ class Segmenter:
     def _prompt(self, call: CallView, pieces: _PieceCache) -> np.ndarray:
         if call.message.prompt_ids is not None:
             return np.asarray(call.message.prompt_ids, dtype=np.int32)
-        if self.r.incremental:
+        if self.renderer.incremental:
             return np.concatenate([pieces.context(call.context), pieces.generation_prompt()])
         ctx = [template_message(m) for m in call.context]
-        return self.r.encode(self.r.render(ctx, pieces.tools, True))
+        return self.renderer.encode(self.renderer.render(ctx, pieces.tools, True))
 
     def _output(self, call: CallView, pieces: _PieceCache) -> np.ndarray:
         if call.message.output_ids is not None:
@@ -232,13 +141,15 @@ class Segmenter:
             if prev.message.output_ids is None or np.array_equal(prev_out, rendered_out):
                 seg.extend_engine(tail)
                 return tail
-            if self.r.decode(prev_out) == self.r.decode(rendered_out):
+            if self.renderer.decode(prev_out) == self.renderer.decode(rendered_out):
                 # History re-renders the sampled output with other ids, same text: realign.
                 seg.drift_realigned += 1
                 seg.replace_last_output(rendered_out)
                 seg.extend_engine(tail)
                 return tail
-        return extension(seg, self._prompt(call, pieces), self.r, len(self._generation_prompt_ids))
+        return extension(
+            seg, self._prompt(call, pieces), self.renderer, len(self._generation_prompt_ids)
+        )
 
 
 def _unrewritten(call: CallView) -> SeamKind:

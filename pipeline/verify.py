@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.render import ChatRenderer, TemplateError, template_message
-from pipeline.segment import CallView, replay
+from schemas.replay import CallView, replay
 from schemas.rollout import Rollout
 
 MODES = ("all", "sample", "none")
@@ -203,7 +203,7 @@ def build_renderer(manifest: dict, tokenizer: str | None) -> ChatRenderer:
     if tokenizer is None:
         where = Path(recorded.get("name_or_path", ""))
         tokenizer = str(where) if (where / "tokenizer.json").is_file() else None
-    renderer = segmenter_with(tokenizer, manifest.get("config", {}).get("chat_template")).r
+    renderer = segmenter_with(tokenizer, manifest.get("config", {}).get("chat_template")).renderer
     have = tokenizer_fingerprint(renderer.tokenizer)
     for key in ("tokenizer_sha256", "chat_template_sha256"):
         if have[key] != recorded.get(key):

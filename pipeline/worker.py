@@ -315,7 +315,7 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
             )
             continue
         try:
-            _check_numbers(rollout, len(segmenter.r.tokenizer))
+            _check_numbers(rollout, len(segmenter.renderer.tokenizer))
             segments, dropped = masked_segments(rollout, segmenter, config.options)
             if task_stage is not None:
                 segments = [m for m in segments if task_stage.keep_segment(len(m.segment.tokens))]

@@ -145,7 +145,7 @@ def log_token_ids(rollout: Rollout, renderer, mode: str, split_at: int) -> Rollo
     """Add engine-logged ids: ``mode`` is 'full' (prompt + output), 'output' (output
     only) or 'noncanonical' (full, with each output tokenized in two parts at
     ``split_at`` characters: valid ids, same text, not what re-tokenization gives)."""
-    from pipeline.segment import replay
+    from schemas.replay import replay
 
     rollout = rollout.model_copy(deep=True)
     for call in replay(rollout):

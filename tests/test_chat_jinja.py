@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 
 from pipeline.chat_jinja import compile_chat_template
 from pipeline.render import template_message
-from pipeline.segment import replay
 from pipeline.tokenizer import CHAT_TEMPLATES, load_tokenizer
+from schemas.replay import replay
 from tests.strategies import TOOLS, rollouts
 
 SETTINGS = settings(

@@ -13,7 +13,7 @@ import pstats
 import tracemalloc
 
 from pipeline.rows import RowOptions, masked_segments
-from pipeline.segment import CallContext, replay
+from schemas.replay import CallContext, replay
 from schemas.rollout import Rollout
 
 RATIO = 13  # linear work is ~10×, plus fixed costs that shrink the ratio; quadratic ≥ 50×
@@ -53,7 +53,7 @@ def cost(renderer, n: int) -> tuple[int, int]:
 
     rollout = many_calls(n)
     segmenter = Segmenter(renderer)
-    segmenter.r.forget()
+    segmenter.renderer.forget()
     profile = cProfile.Profile()
     tracemalloc.start()
     profile.enable()

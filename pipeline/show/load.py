@@ -175,7 +175,7 @@ def view_of_rollout(
                 "context_fidelity": fidelity[i],
             }
         )
-    return _view(rows, segmenter.r, rollout, origin, None)
+    return _view(rows, segmenter.renderer, rollout, origin, None)
 
 
 def _view(rows: list[dict], renderer, rollout: Rollout | None, origin: str, note) -> RolloutView:

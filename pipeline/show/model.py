@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.render import ChatRenderer, template_message
-from pipeline.segment import replay
+from schemas.replay import replay
 from schemas.rollout import MessageEvent, Rollout
 
 SEGMENT_COLUMNS = [

@@ -25,7 +25,7 @@ from judge.history import compactions, summary_of
 from judge.rules import judge_rollout, missed_triggers
 from judge.summary import split_summary, summary_body
 from judge.workspace import workspace_state
-from pipeline.segment import replay
+from schemas.replay import replay
 from schemas.rollout import RewriteEvent, ToolCall
 from tests.readers.util import fixture, only
 

@@ -8,8 +8,8 @@ import json
 from judge.filters import FilterOptions
 from judge.sft import SftStage
 from judge.synthesize import DEFAULT_PROMPT, load_prompt, synthesize_summary_calls
-from pipeline.segment import replay
 from schemas.correction import Correction
+from schemas.replay import replay
 from tests.judge.test_claude_code_judging import FIXTURE, session
 from tests.readers.util import only
 

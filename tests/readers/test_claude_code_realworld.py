@@ -13,7 +13,8 @@ import pytest
 
 from pipeline.mask import MaskOptions, mask_segment
 from pipeline.readers import REGISTRY, Accepted, Rejected
-from pipeline.segment import Segmenter, replay
+from pipeline.segment import Segmenter
+from schemas.replay import replay
 
 REAL = Path(os.environ.get("SEAM_REALWORLD_DIR", "/nonexistent")) / "claude_code"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="SEAM_REALWORLD_DIR not set")

@@ -18,7 +18,8 @@ from pipeline.readers.codex import (
     rollouts_from_records,
 )
 from pipeline.readers.common import iter_json_records
-from pipeline.segment import Segmenter, replay
+from pipeline.segment import Segmenter
+from schemas.replay import replay
 from schemas.rollout import MessageEvent
 from tests.readers.util import accounted, fixture, nonblank_lines, only, read, shape
 

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from pipeline.readers import REGISTRY, Accepted
 from pipeline.readers.detect import detect_format
-from pipeline.segment import Segmenter, replay
+from pipeline.segment import Segmenter
+from schemas.replay import replay
 from tests.readers.util import FIXTURES
 
 

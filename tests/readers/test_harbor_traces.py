@@ -3,7 +3,7 @@
 import json
 
 from pipeline.readers.detect import detect_format
-from pipeline.segment import replay
+from schemas.replay import replay
 from tests.readers.util import accounted, fixture, nonblank_lines, read, shape
 
 PATH = fixture("harbor_traces", "traces.json")

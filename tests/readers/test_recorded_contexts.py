@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.readers.common import content_text, iter_json_records
-from pipeline.segment import replay
+from schemas.replay import replay
 from tests.readers.util import FIXTURES, read
 
 ROOT = Path(os.environ["SEAM_REALWORLD_DIR"]) if os.environ.get("SEAM_REALWORLD_DIR") else None

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.readers.common import content_text
-from pipeline.segment import Segmenter, replay
+from pipeline.segment import Segmenter
+from schemas.replay import replay
 from tests.readers.util import fixture, only, read, shape
 
 
