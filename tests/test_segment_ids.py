@@ -9,6 +9,7 @@ import numpy as np
 
 from pipeline.mask import MaskOptions, mask_segment
 from pipeline.seams import TokenCall, segment_token_calls
+from pipeline.segment import Segmenter
 
 EOS = 151645  # <|im_end|>
 
@@ -132,3 +133,49 @@ def test_spans_carry_kind_truncation_and_logprobs_of_each_call(renderer):
 
 def test_no_calls_no_segments(renderer):
     assert cut(renderer) == []
+
+
+def test_a_logged_prompt_that_retokenizes_an_earlier_turn_after_rendered_calls_is_a_seam(
+    renderer,
+):
+    """Calls 1 and 2 are rendered (extended message by message); call 3's input was
+    logged and spells the same text, but tokenizes call 1's output differently. That is
+    not the last turn: a context the model saw differently, so a seam — which only holds
+    if the segment tracks where its last output starts through the message-level path."""
+    from schemas.replay import replay
+    from schemas.rollout import Rollout
+
+    def message(mid: str, role: str, content: str) -> dict:
+        return {"type": "message", "id": mid, "role": role, "content": content}
+
+    rollout = Rollout.model_validate(
+        {
+            "rollout_id": "r",
+            "task_id": "t",
+            "source": "hand",
+            "reward": 1.0,
+            "events": [
+                message("s", "system", "S"),
+                message("u1", "user", "Go."),
+                message("a1", "assistant", "hello world"),
+                message("u2", "user", "More."),
+                message("a2", "assistant", "Done."),
+                message("u3", "user", "Last."),
+                message("a3", "assistant", "ok"),
+            ],
+        }
+    )
+    third = replay(rollout)[2]
+    prompt, _ = renderer.engine_view(list(third.context), third.message, None)
+    canonical = renderer.encode("hello world").tolist()
+    split = renderer.encode("hel").tolist() + renderer.encode("lo world").tolist()
+    at = next(i for i in range(len(prompt)) if prompt[i : i + len(canonical)] == canonical)
+    logged = prompt[:at] + split + prompt[at + len(canonical) :]
+    assert renderer.decode(logged) == renderer.decode(prompt)
+    rollout.calls()[2].prompt_ids = logged
+
+    assert renderer.incremental  # calls 1-2 take the message-by-message path
+    segments = Segmenter(renderer).segments(rollout)
+    assert [s.seam_kind for s in segments] == ["none", "divergence"]
+    assert [len(s.spans) for s in segments] == [2, 1]
+    assert segments[1].tokens.tolist()[: len(logged)] == logged
