@@ -173,8 +173,10 @@ def extension(
 def retokenized_length(decoder: Decoder, tail: np.ndarray, text: str) -> int | None:
     """How many ids at the head of ``tail`` decode to exactly ``text`` (None if none).
 
-    Decoded length grows with the id count, so a binary search finds the candidate
-    in O(log n) decodes; the neighbours are checked because an id may end mid-character.
+    Decoded length never shrinks as ids are added, so a binary search finds the first
+    prefix at least as long as ``text`` in O(log n) decodes; the next two are checked
+    too, because an id may end mid-character (a partial character decodes to one
+    replacement character). Shorter prefixes decode to shorter text: never a match.
     """
     lo, hi = 0, len(tail)
     while lo < hi:
@@ -183,7 +185,7 @@ def retokenized_length(decoder: Decoder, tail: np.ndarray, text: str) -> int | N
             lo = mid + 1
         else:
             hi = mid
-    for k in (lo, lo + 1, lo - 1, lo + 2):
+    for k in (lo, lo + 1, lo + 2):
         if 0 < k <= len(tail) and decoder.decode(tail[:k]) == text:
             return k
     return None
