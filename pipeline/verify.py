@@ -228,6 +228,22 @@ def _sample(ids: list[str]) -> set[str]:
     return set(sorted(ids, key=lambda i: hashlib.sha256(i.encode()).digest())[:n])
 
 
+TOKEN_COLUMNS = ("input_ids", "loss_mask", "logprobs")
+
+
+def _rows(table: pa.Table) -> list[dict]:
+    """The table's rows as dicts, the per-token columns as numpy arrays (as Python lists a
+    row of 4 M tokens would take ~400 MB per column)."""
+    per_token = [c for c in TOKEN_COLUMNS if c in table.column_names]
+    rows = table.drop_columns(per_token).to_pylist()
+    for name in per_token:
+        column = table[name]
+        for i, row in enumerate(rows):
+            value = column[i]
+            row[name] = value.values.to_numpy(zero_copy_only=False) if value.is_valid else None
+    return rows
+
+
 def _row_groups(shards: list[Path], wanted: set[str]) -> list[list[tuple]]:
     """The wanted rollouts' rows as (shard name, row, row dict), one group per rollout in
     build order (a group starts at segment 0, so two rollouts sharing an id stay apart)."""
@@ -245,7 +261,7 @@ def _row_groups(shards: list[Path], wanted: set[str]) -> list[list[tuple]]:
         table = pq.read_table(shard, columns=columns, filters=[("rollout_id", "in", wanted)])
         if not table["rollout_id"].equals(ids.take(pa.array(rows_at))):
             raise VerifyError(f"{shard}: the filtered rows do not line up with their positions")
-        for row_index, row in zip(rows_at.tolist(), table.to_pylist()):
+        for row_index, row in zip(rows_at.tolist(), _rows(table)):
             previous = groups[-1][-1][2] if groups else None
             if (
                 previous is None
