@@ -179,3 +179,48 @@ def test_a_logged_prompt_that_retokenizes_an_earlier_turn_after_rendered_calls_i
     assert [s.seam_kind for s in segments] == ["none", "divergence"]
     assert [len(s.spans) for s in segments] == [2, 1]
     assert segments[1].tokens.tolist()[: len(logged)] == logged
+
+
+def test_a_logged_prompt_after_an_output_realigned_at_the_message_level_extends_the_segment(
+    renderer,
+):
+    """Call 2 logged its output with other ids than the template gives its text (drift);
+    call 3 is rendered, so the segment realigns call 2's output message by message; call
+    4's input was logged by the engine, which saw that output re-tokenized. The segment
+    goes on: the engine's view must hold the re-tokenized output exactly where call 2's
+    output is, not anywhere else."""
+    from schemas.replay import replay
+    from schemas.rollout import Rollout
+
+    def message(mid: str, role: str, content: str) -> dict:
+        return {"type": "message", "id": mid, "role": role, "content": content}
+
+    rollout = Rollout.model_validate(
+        {
+            "rollout_id": "r",
+            "task_id": "t",
+            "source": "hand",
+            "reward": 1.0,
+            "events": [
+                message("s", "system", "S"),
+                message("u1", "user", "Go."),
+                message("a1", "assistant", "Start."),
+                message("u2", "user", "More."),
+                message("a2", "assistant", "hello world"),
+                message("u3", "user", "Again."),
+                message("a3", "assistant", "Done."),
+                message("u4", "user", "Last."),
+                message("a4", "assistant", "ok"),
+            ],
+        }
+    )
+    sampled = renderer.encode("hel").tolist() + renderer.encode("lo world").tolist() + [EOS]
+    calls = rollout.calls()
+    calls[1].output_ids = sampled
+    fourth = replay(rollout)[3]
+    calls[3].prompt_ids = renderer.engine_view(list(fourth.context), fourth.message, None)[0]
+
+    (seg,) = Segmenter(renderer).segments(rollout)
+    assert seg.drift_realigned == 1
+    span = seg.spans[1]
+    assert seg.tokens[span.start : span.start + span.length].tolist() == sampled
