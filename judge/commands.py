@@ -25,18 +25,18 @@ def iter_input_sources(
 ) -> Iterator[tuple[str, Rollout]]:
     """``(file path, rollout)`` for every valid rollout of the inputs, in input order."""
     from pipeline.inputs import InputError, plan_tasks, resolve_inputs
-    from pipeline.worker import iter_task_records
+    from pipeline.intake import ACCEPTED, QUARANTINED, iter_records
 
     try:
-        tasks = plan_tasks(resolve_inputs(specs), fmt, chunk_bytes=1 << 62)
+        tasks = plan_tasks(resolve_inputs(specs), fmt, split=False)
     except InputError as exc:
         raise UsageError(str(exc)) from None
     for task in tasks:
-        for _line, rollout, reason, _ in iter_task_records(task):
-            if rollout is not None:
-                yield str(task.path), rollout
-            elif reason is not None:
-                rejected[f"{task.path}: {reason.split(':')[0]}"] += 1
+        for record in iter_records(task):
+            if record.kind == ACCEPTED:
+                yield str(task.path), record.rollout
+            elif record.kind == QUARANTINED:
+                rejected[f"{task.path}: {record.reason.split(':')[0]}"] += 1
 
 
 def _open_out(path: str):

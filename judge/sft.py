@@ -25,7 +25,6 @@ rollout or were not valid records.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from judge.attach import CorrectionsFile, attach, executed_output_text
 from judge.audit import SUMMARY_AUDIT, audit_rollout
 from judge.filters import FilterOptions, over_length, rollout_filter, trim_dangling_call
 from judge.synthesize import synthesize_summary_calls
+from pipeline.atomic import atomic_write
 from pipeline.mask import MaskedSegment
 from pipeline.render import template_message
 from schemas.replay import replay
@@ -121,9 +121,11 @@ class SftStage:
     def open_task(self, out: str, task_index: int) -> TaskStage:
         return TaskStage(self, _side_paths(out, task_index), _corrections(self.corrections_file))
 
-    def finalize(self, out: str, task_indices: list[int]) -> dict:
-        """Write ``pairs/``, quarantine the file's corrections no rollout claimed; return
-        counts to add to the manifest."""
+    def finalize(self, out: str, task_indices: list[int], dest: Path | None = None) -> dict:
+        """Write ``pairs/`` and append the file's corrections no rollout claimed to
+        ``quarantine.jsonl``, both in ``dest`` (default ``out``: the build passes its
+        staging directory); return counts to add to the manifest."""
+        dest = Path(dest or out)
         claimed: set[str] = set()
         tables = []
         for index in task_indices:
@@ -134,12 +136,12 @@ class SftStage:
         corrections = _corrections(self.corrections_file)
         if corrections is not None:
             lost = corrections.invalid + corrections.unclaimed(claimed)
-            with open(Path(out) / "quarantine.jsonl", "a") as fh:
+            with open(dest / "quarantine.jsonl", "a") as fh:
                 for rejection in lost:
                     fh.write(json.dumps(rejection.quarantine_entry(), ensure_ascii=False) + "\n")
             counts["corrections_quarantined"] += len(lost)
         pairs = pa.concat_tables(tables) if tables else PAIR_SCHEMA.empty_table()
-        _write_pairs(Path(out) / "pairs", pairs)
+        _write_pairs(dest / "pairs", pairs)
         counts["preference_pairs"] = pairs.num_rows
         return dict(counts)
 
@@ -311,6 +313,11 @@ def _pairs(rollout: Rollout, views) -> list[dict]:
     return rows
 
 
+def _atomic(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, write)
+
+
 def _write_pairs(directory: Path, table: pa.Table) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     _atomic(
@@ -337,10 +344,3 @@ def _write_pairs(directory: Path, table: pa.Table) -> None:
         "",
     ]
     _atomic(directory / "README.md", lambda tmp: Path(tmp).write_text("\n".join(card)))
-
-
-def _atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    write(str(tmp))
-    os.replace(tmp, path)

@@ -9,15 +9,22 @@ Output directory lifecycle:
   directory refuses at once; the lock dies with the process, even on SIGKILL.
 - ``OUT/.parts/`` holds finished tasks; a rerun with the same fingerprint skips them.
   Worker processes die with the build, so nothing writes into ``OUT`` after a kill.
-- Shards, ``quarantine.jsonl``, ``README.md`` and ``manifest.json`` (last) are renamed
-  into place; ``.parts`` is removed once the manifest exists. A rerun of an interrupted
-  build rewrites whatever it had finalized from the parts, so a killed build rerun gives
-  the bytes of an uninterrupted one; a failed build removes its temporary files.
+- Shards, ``quarantine.jsonl`` and a stage's side outputs are written into
+  ``OUT/.parts/publish/`` and renamed into ``OUT`` only once the whole set is there, then
+  ``README.md`` and ``manifest.json`` (last); ``.parts`` is removed once the manifest
+  exists. A failed build never leaves a loadable set of shards (only a kill inside the
+  renames can show part of a complete set; its rerun completes it). A rerun of an
+  interrupted build rewrites whatever it had finalized from the parts, so a killed build
+  rerun gives the bytes of an uninterrupted one; a failed build removes its temporary files.
+- ``OUT/.seam-written`` records every entry the build creates, before creating it:
+  ``--overwrite`` deletes only those (``pipeline/out_dir.py``), and an ``--out`` holding
+  anything else, or overlapping an input, is refused before anything is deleted.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import hashlib
 import json
@@ -28,16 +35,18 @@ from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from multiprocessing import get_all_start_methods, get_context
+from multiprocessing import active_children, get_all_start_methods, get_context
 from pathlib import Path
 
-from pipeline import __version__
+from pipeline import __version__, limits, out_dir
+from pipeline.atomic import remove_temporaries, write_json
 from pipeline.canonical_io import RangeFeeder
 from pipeline.inputs import Task, plan_tasks, resolve_inputs, walked_files
+from pipeline.limits import Limits
 from pipeline.shard_schema import SHARD_SCHEMA_VERSION
 from pipeline.stage import BuildStage
 from pipeline.worker import WorkerConfig, die_with_parent, part_paths, run_task, segmenter_for
-from pipeline.write import file_sha256, merge_quarantine, write_json, write_shards
+from pipeline.write import file_sha256, merge_quarantine, write_shards
 
 
 class BuildError(ValueError):
@@ -69,6 +78,8 @@ class BuildConfig:
     # Optional stage with per-rollout work, extra columns and side outputs
     # (``pipeline/stage.py``; judge/sft.py's SftStage for build-sft); None: plain RL rows.
     stage: BuildStage | None = None
+    limits: Limits = field(default_factory=Limits)  # what one input record may cost
+    group_by: str | None = None  # chat-completions logs: the field naming a call's rollout
 
     def row_options(self):
         from pipeline.mask import MaskOptions
@@ -99,6 +110,11 @@ class BuildConfig:
             fingerprint["keep_damaged"] = True
         if self.std_ddof:  # only when set, so builds from before the option stay up to date
             fingerprint["std_ddof"] = self.std_ddof
+        # Limits decide which records are quarantined; the defaults keep older fingerprints.
+        if self.limits != Limits():
+            fingerprint["limits"] = self.limits.as_dict()
+        if self.group_by:
+            fingerprint["group_by"] = self.group_by
         if self.stage is not None:
             fingerprint["stage"] = self.stage.fingerprint()
         if self.rewards:
@@ -129,7 +145,15 @@ class OutputLock:
 
     def __enter__(self):
         while True:
-            fh = open(self.path, "a+")
+            try:  # never through a symlink: a planted .lock must not create a file elsewhere
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise BuildError(
+                        f"{self.path} is a symlink, not a seam lock; remove it and rerun"
+                    ) from None
+                raise
+            fh = os.fdopen(fd, "r+")
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -150,6 +174,7 @@ class OutputLock:
     def __exit__(self, exc_type, *exc):
         if exc_type is not None:  # e.g. disk full: leave no half-written file behind
             _remove_temporaries(self.path.parent)
+            shutil.rmtree(self.path.parent / ".parts" / "publish", ignore_errors=True)
         # Unlink while still holding the lock so a finished build leaves no stray file.
         self.path.unlink(missing_ok=True)
         fcntl.flock(self.fh, fcntl.LOCK_UN)
@@ -173,7 +198,9 @@ def _tokenizer_info(config: BuildConfig) -> dict:
 
 
 def _check_out_dir(out: Path, fingerprint: str, overwrite: bool) -> bool:
-    """True when ``out`` already holds this exact build. Raises for a foreign directory."""
+    """True when ``out`` already holds this exact build. Raises for a directory seam must
+    not write into, before deleting anything: a different build without ``--overwrite``,
+    or one holding entries seam did not write (``--overwrite`` never deletes those)."""
     manifest_path = out / "manifest.json"
     if manifest_path.exists():
         try:
@@ -205,31 +232,22 @@ def _check_out_dir(out: Path, fingerprint: str, overwrite: bool) -> bool:
             raise BuildError(
                 f"{out} already holds a different build; pass --overwrite to replace it or choose another --out"
             )
-        _clear(out)
-    elif (out / ".parts" / "fingerprint").exists():
-        # An interrupted seam build: its finished parts resume (if the fingerprint still
-        # matches) and whatever it had finalized is rewritten from them.
-        _clear(out, keep=(".lock", ".parts"))
-    elif out.exists() and any(p.name not in (".lock", ".parts") for p in out.iterdir()):
-        if not overwrite:
-            raise BuildError(
-                f"{out} is not empty and is not a seam build; choose an empty --out (or --overwrite)"
-            )
-        _clear(out)
+    try:
+        out_dir.refuse_foreign(out)
+    except out_dir.OutDirError as exc:
+        raise BuildError(str(exc)) from None
+    # What is left is seam's: a build to replace (--overwrite), an interrupted build whose
+    # finished parts resume (if the fingerprint still matches) and whatever it had
+    # finalized is rewritten from them, or the leftovers of a killed --overwrite.
+    interrupted = (out / ".parts" / "fingerprint").exists() and not manifest_path.exists()
+    out_dir.clear_written(out, keep=(".lock", ".parts") if interrupted else (".lock",))
     return False
 
 
-def _clear(out: Path, keep: tuple[str, ...] = (".lock",)) -> None:
-    # The manifest goes first: a directory cleared halfway must not look like a finished build.
-    for p in sorted(out.iterdir(), key=lambda p: p.name != "manifest.json"):
-        if p.name in keep:
-            continue
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
-
-
 def _remove_temporaries(out: Path) -> None:
-    for leftover in [*out.glob(".*.tmp*"), *out.glob(".parts/.*.tmp*")]:
-        leftover.unlink(missing_ok=True)
+    remove_temporaries(out)
+    if (out / ".parts").is_dir():
+        remove_temporaries(out / ".parts")
 
 
 def auto_chunk_bytes(files: list[Path]) -> int:
@@ -244,7 +262,10 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
     if config.engine == "local":
         # Workers own the cores: every process of a local build encodes on one thread.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    limits.use(config.limits)  # detection and the range feeder read under them too
     files = resolve_inputs(config.inputs)
+    check_out_path(Path(config.out), files, config.inputs)
+    states = [_file_state(f) for f in files]  # before the first byte is hashed
     # Hashing reads every input byte; hashlib releases the GIL, so it runs on threads
     # while this thread loads the tokenizer (which holds the GIL) and probes the template.
     stop = threading.Event()  # set when the build fails first: exit without reading on
@@ -254,12 +275,51 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
     digests = [hashing.submit(file_sha256, f, stop) for f in files]
     hashing.shutdown(wait=False)
     try:
-        return _run_build(config, command, files, digests)
+        return _run_build(config, command, files, digests, states)
     finally:
         stop.set()
 
 
-def _run_build(config: BuildConfig, command: str, files: list[Path], digests: list) -> BuildResult:
+def check_out_path(out: Path, files: list[Path], specs: list[str]) -> None:
+    """Refuse, before any work, an ``--out`` that is not a directory or overlaps an input."""
+    if out.exists() and not out.is_dir():
+        raise BuildError(f"--out {out} is a file, not a directory; choose a directory")
+    try:
+        out_dir.check_no_overlap(out, files, [Path(s) for s in specs if Path(s).is_dir()])
+    except out_dir.OutDirError as exc:
+        raise BuildError(str(exc)) from None
+
+
+def make_out_dir(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BuildError(f"cannot create --out {out}: {exc.strerror or exc}") from None
+
+
+def _file_state(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _check_inputs_unchanged(files: list[Path], states: list[tuple[int, int, int]]) -> None:
+    """The manifest's hashes must describe the bytes the tasks read: an input appended to,
+    rewritten or replaced since the build hashed it fails the build."""
+    for f, state in zip(files, states):
+        try:
+            now = _file_state(f)
+        except FileNotFoundError:
+            now = None
+        if now != state:
+            raise BuildError(
+                f"input {f} changed while the build read it (its hash no longer describes "
+                "what was read); rerun once it is complete"
+            )
+
+
+def _run_build(
+    config: BuildConfig, command: str, files: list[Path], digests: list, states: list
+) -> BuildResult:
     from pipeline.progress import task_progress
 
     if config.chunk_bytes is None:
@@ -288,7 +348,7 @@ def _run_build(config: BuildConfig, command: str, files: list[Path], digests: li
     fingerprint = hashlib.sha256(fp_source.encode()).hexdigest()
     tasks = plan_tasks(files, config.format, config.chunk_bytes, walked_files(config.inputs))
     out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_out_dir(out)
     with OutputLock(out):
         if _check_out_dir(out, fingerprint, config.overwrite):
             manifest = json.loads((out / "manifest.json").read_text())
@@ -318,6 +378,8 @@ def _run_build(config: BuildConfig, command: str, files: list[Path], digests: li
             for t in tasks
             if all(p.exists() for p in part_paths(config.out, t.index))
         }
+        # A part written by an older seam lacks the rollout list duplicates are found by.
+        done = {i: r for i, r in done.items() if "rollouts" in r}
         resumed = len(done)
         todo = [t for t in tasks if t.index not in done]
         wconf = WorkerConfig(
@@ -327,6 +389,10 @@ def _run_build(config: BuildConfig, command: str, files: list[Path], digests: li
             config.row_options(),
             config.rewards,
             config.stage,
+            config.limits,
+            {"group_by": config.group_by} if config.group_by else {},
+            # The quarantine's raw text is bounded for the whole build, shared by its tasks.
+            max(1 << 16, config.limits.max_quarantine_raw_bytes // max(1, len(tasks))),
         )
         with (
             _task_runner(todo, wconf, config) as results_in_order,
@@ -336,6 +402,7 @@ def _run_build(config: BuildConfig, command: str, files: list[Path], digests: li
                 done[result["task"]] = result
                 advance(result)
         results = [done[t.index] for t in tasks]
+        _check_inputs_unchanged(files, states)
         return _finalize(
             config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command
         )
@@ -369,7 +436,15 @@ def _task_runner(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
             initializer=die_with_parent,
             initargs=(os.getpid(),),
         ) as pool:
-            yield _in_order(pool, tasks, wconf, feeder, window=4 * workers)
+            try:
+                yield _in_order(pool, tasks, wconf, feeder, window=4 * workers)
+            except BaseException:
+                # Failing or terminated: stop the workers now (leaving the pool would
+                # first run every task already submitted), so nothing writes on.
+                pool.shutdown(wait=False, cancel_futures=True)
+                for child in active_children():
+                    child.kill()
+                raise
     finally:
         feeder.close()
 
@@ -412,8 +487,14 @@ def _finalize(
         f["skipped"] += sum(r["skipped"].values())
         if r.get("session_files"):  # one session's files, read together: counted here
             f["session_files"] = r["session_files"]
+    excluded, duplicate_entries = _duplicates(results, counts, seams, per_file)
     indices = [t.index for t in tasks]
     extra_fields = config.stage.extra_fields if config.stage is not None else []
+    # Everything a loader would read is written into a hidden staging directory and
+    # renamed into place only once the whole set is complete (``_publish``).
+    staging = out / ".parts" / "publish"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
     shard_hashes, group_of_one = write_shards(
         config.out,
         results,
@@ -422,15 +503,17 @@ def _finalize(
         extra_fields,
         config.workers,
         config.std_ddof,
+        dest=staging,
+        excluded=excluded,
     )
     shards = list(shard_hashes)
-    quarantined = merge_quarantine(config.out, indices)
+    quarantined = merge_quarantine(config.out, indices, dest=staging, extra=duplicate_entries)
     # A stage may quarantine records that are not rollouts (judge corrections), counted apart.
     assert quarantined == counts["quarantined"] + counts["corrections_quarantined"], (
         "quarantine file and counts disagree"
     )
     if config.stage is not None:
-        counts.update(config.stage.finalize(config.out, indices))
+        counts.update(config.stage.finalize(config.out, indices, dest=staging))
     for k in ("read", "accepted", "quarantined"):
         counts.setdefault(k, 0)
     manifest = {
@@ -453,9 +536,64 @@ def _finalize(
     }
     from pipeline.card import write_card
 
+    _publish(staging, out)
+    out_dir.record(out, ["README.md", "manifest.json"])
     write_card(out, manifest, extra_fields)
     write_json(out / "manifest.json", manifest)
     shutil.rmtree(out / ".parts", ignore_errors=True)
     return BuildResult(
         out, shards, counts, seams, skipped, per_file, group_of_one, resumed, manifest
     )
+
+
+def _duplicates(
+    results: list[dict], counts: Counter, seams: Counter, per_file: dict
+) -> tuple[dict[int, set[int]], list[bytes]]:
+    """Rollouts whose id was accepted before (in input order): the first is kept, every
+    later copy is quarantined (it would join its GRPO group twice and skew the group's
+    advantages) and taken back out of the counts. Returns the ordinals to leave out of
+    the shards, per task, and their quarantine entries."""
+    zero_before = {id(c): {k for k, v in c.items() if v == 0} for c in (counts, seams)}
+    first: dict[str, str] = {}
+    excluded: dict[int, set[int]] = {}
+    entries: list[bytes] = []
+    for r in results:
+        for ordinal, (rid, file, line, own, own_seams) in enumerate(r["rollouts"]):
+            here = f"{file}:{line}" if line is not None else file
+            if rid not in first:
+                first[rid] = here
+                continue
+            excluded.setdefault(r["task"], set()).add(ordinal)
+            counts.subtract(own)
+            counts["quarantined"] += 1
+            seams.subtract(own_seams)
+            per_file[r["file"]]["accepted"] -= 1
+            per_file[r["file"]]["quarantined"] += 1
+            reason = (
+                f"duplicate rollout_id {rid!r}: first at {first[rid]}, again at {here} "
+                "(the first is kept)"
+            )
+            entry = {"file": file, "line": line, "format": r["format"], "reason": reason}
+            entries.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
+    for counter in (counts, seams):  # what only the copies had is gone, as if never read
+        for key in [k for k, v in counter.items() if v == 0 and k not in zero_before[id(counter)]]:
+            del counter[key]
+    return excluded, entries
+
+
+def _publish(staging: Path, out: Path) -> None:
+    """Rename every entry of ``staging`` into ``out`` (recorded as seam's first). If a
+    rename fails, the ones done are taken back: a failed build shows no partial set."""
+    names = sorted(p.name for p in staging.iterdir())
+    out_dir.record(out, names)
+    moved: list[str] = []
+    try:
+        for name in names:
+            os.replace(staging / name, out / name)
+            moved.append(name)
+    except BaseException:
+        for name in moved:
+            target = out / name
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+        raise
+    staging.rmdir()

@@ -13,18 +13,25 @@ from __future__ import annotations
 
 import gzip
 import io
+import sys
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, cast
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
+from pipeline import limits
 from schemas.rollout import Rollout
+
+if sys.version_info >= (3, 14):
+    from compression.zstd import ZstdError, ZstdFile
+else:
+    from backports.zstd import ZstdError, ZstdFile
 
 CANONICAL_PARQUET_SCHEMA = pa.schema(
     [
@@ -46,15 +53,25 @@ CANONICAL_PARQUET_SCHEMA = pa.schema(
 class RawRecord:
     file: str
     line: int  # 1-based line (JSONL) or 1-based row (Parquet)
-    data: bytes
+    data: bytes  # the record; for one over a limit, its first bytes
+    error: str | None = None  # over a limit (``pipeline/limits.py``): quarantine it
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def strip_bom(data: bytes) -> bytes:
+    """Text without the UTF-8 byte order mark some editors and Windows tools write first."""
+    return data[3:] if data.startswith(BOM) else data
 
 
 def is_parquet(path: Path) -> bool:
     return path.suffix == ".parquet"
 
 
-# What reading a damaged file raises (a cut gzip: EOFError; corrupt deflate: zlib.error).
-UNREADABLE = (OSError, EOFError, ValueError, zlib.error)
+# What reading a damaged file raises (a cut gzip or zstd: EOFError; corrupt deflate:
+# zlib.error; bytes that are not zstd: ZstdError).
+UNREADABLE = (OSError, EOFError, ValueError, zlib.error, ZstdError)
 
 
 def is_compressed(path: Path) -> bool:
@@ -63,62 +80,71 @@ def is_compressed(path: Path) -> bool:
 
 
 def open_text_stream(path: Path) -> IO[bytes]:
-    """Open a file for binary line reading, decompressing ``.gz`` and ``.zst`` on the fly."""
+    """Open a file for binary line reading, decompressing ``.gz`` and ``.zst`` on the fly
+    (every frame of a ``.zst`` file; a cut one raises ``EOFError``). Decompressed data is
+    produced in bounded pieces and its total capped by ``max_decompressed_bytes``."""
     if path.suffix == ".gz":
-        return cast(IO[bytes], gzip.open(path, "rb"))
+        return cast(IO[bytes], io.BufferedReader(_Capped(gzip.open(path, "rb")), 1 << 20))
     if path.suffix == ".zst":
-        return io.BufferedReader(_ZstdStream(path), buffer_size=1 << 20)
+        return cast(IO[bytes], io.BufferedReader(_Capped(ZstdFile(path, "rb")), 1 << 20))
     return open(path, "rb")
 
 
-class _ZstdStream(io.RawIOBase):
-    """Every frame of a ``.zst`` file, decompressed. zstandard's ``stream_reader`` stops
-    silently after the first frame and yields nothing from a cut one; this reads all
-    frames, raises ``EOFError`` when the file ends inside one and ``OSError`` for bytes
-    that are not zstd, like ``gzip`` does."""
+class _Capped(io.RawIOBase):
+    """A decompressing stream that raises ``OSError`` past ``max_decompressed_bytes``: a
+    few KB of input must not turn into an unbounded amount of work."""
 
-    def __init__(self, path: Path):
-        import zstandard
-
-        self._error = zstandard.ZstdError
-        self._decompressor = zstandard.ZstdDecompressor()
-        self._raw = open(path, "rb")  # noqa: SIM115 (closed by close(); lives as long as the reader)
-        self._frame: Any = None  # decompressor of the frame being read, None between frames
-        self._pending, self._offset = b"", 0
+    def __init__(self, inner):
+        self._inner, self._left = inner, limits.current().max_decompressed_bytes
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
-        while self._offset == len(self._pending):
-            data = self._raw.read(1 << 17)
-            if not data:
-                if self._frame is not None:
-                    raise EOFError("the zstd file ends inside a frame (truncated?)")
-                return 0
-            self._pending, self._offset = self._decompress(data), 0
-        n = min(len(buffer), len(self._pending) - self._offset)
-        buffer[:n] = self._pending[self._offset : self._offset + n]
-        self._offset += n
-        return n
-
-    def _decompress(self, data: bytes) -> bytes:
-        out = []
-        while data:
-            if self._frame is None:
-                self._frame = self._decompressor.decompressobj()
-            try:
-                out.append(self._frame.decompress(data))
-            except self._error as exc:
-                raise OSError(f"not a valid zstd file: {exc}") from None
-            if not self._frame.eof:
-                break
-            data, self._frame = self._frame.unused_data, None
-        return b"".join(out)
+        # Up to the limit the data is served (the records before it are read), then one
+        # more byte means the file is over it.
+        data = self._inner.read(min(len(buffer), self._left) or 1)
+        if data and not self._left:
+            raise OSError(limits.over("max_decompressed_bytes", "the decompressed data"))
+        self._left -= len(data)
+        buffer[: len(data)] = data
+        return len(data)
 
     def close(self) -> None:
-        self._raw.close()
+        self._inner.close()
         super().close()
+
+
+def read_head(path: Path, size: int = 1 << 20) -> bytes:
+    """Up to ``size`` first bytes of a file, decompressed, without a byte order mark: what
+    format detection reads (a bounded amount, whatever the file holds). A damaged file
+    gives the bytes before the damage, or raises if there are none."""
+    pieces: list[bytes] = []
+    got = 0
+    try:
+        with open_text_stream(path) as fh:
+            while got < size and (piece := fh.read(min(1 << 16, size - got))):
+                pieces.append(piece)
+                got += len(piece)
+    except UNREADABLE:
+        if not pieces:
+            raise
+    return strip_bom(b"".join(pieces))
+
+
+def read_line(fh: IO[bytes], limit: int) -> tuple[bytes, int, bool]:
+    """The next line of ``fh`` (with its newline), its length, and whether it is longer
+    than ``limit`` bytes: then it is read through in bounded pieces and only its first
+    64 KiB are returned (an excerpt for the quarantine)."""
+    line = fh.readline(limit + 1)
+    if len(line) <= limit or line.endswith(b"\n"):
+        return line, len(line), False
+    length = len(line)
+    while piece := fh.readline(1 << 20):
+        length += len(piece)
+        if piece.endswith(b"\n"):
+            break
+    return line[: 1 << 16], length, True
 
 
 def iter_jsonl_lines(
@@ -132,25 +158,25 @@ def iter_jsonl_lines(
     byte range of the (decompressed) file, so range tasks never split a line. ``data``:
     the range's bytes, already read by the caller (the build feeds compressed ranges)."""
     name = str(path)
-    if start or end is not None or data is not None:
-        fh = io.BytesIO(data) if data is not None else open_text_stream(path)
-        with fh:
-            if data is None:
-                _skip_to(fh, path, start)
-            pos, line_no = start, first_line
-            while end is None or pos < end:
-                raw = fh.readline()
-                if not raw:
-                    break
-                pos += len(raw)
-                if raw.strip():
-                    yield RawRecord(name, line_no, raw)
-                line_no += 1
-        return
-    with open_text_stream(path) as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            if raw.strip():
+    limit = limits.current().max_line_bytes
+    fh = io.BytesIO(data) if data is not None else open_text_stream(path)
+    with fh:
+        if data is None and start:
+            _skip_to(fh, path, start)
+        pos, line_no = start, first_line
+        while end is None or pos < end:
+            raw, length, too_long = read_line(fh, limit)
+            if not length:
+                break
+            if pos == 0:
+                raw = strip_bom(raw)
+            pos += length
+            if too_long:
+                reason = limits.over("max_line_bytes", f"line of {length:,} bytes")
+                yield RawRecord(name, line_no, raw, reason)
+            elif raw.strip():
                 yield RawRecord(name, line_no, raw)
+            line_no += 1
 
 
 def _skip_to(fh, path: Path, offset: int) -> None:
@@ -164,6 +190,11 @@ def _skip_to(fh, path: Path, offset: int) -> None:
             offset -= len(block)
     else:
         fh.seek(offset)
+
+
+# The largest range the build reads for a worker: a longer one (a range holding one huge
+# line) would sit in memory once per task in flight, so the worker reads it itself.
+FEED_LIMIT = 64 << 20
 
 
 class RangeFeeder:
@@ -188,8 +219,12 @@ class RangeFeeder:
                 fh = open_text_stream(Path(path))
                 self._fh, self._path, self._pos = fh, path, 0
             _skip_to(fh, Path(path), start - self._pos)
-            data = fh.read() if end is None else fh.read(end - start)
+            size = FEED_LIMIT + 1 if end is None else min(end - start, FEED_LIMIT + 1)
+            data = fh.read(size)
         except UNREADABLE:
+            self.close()
+            return None
+        if len(data) > FEED_LIMIT:  # a huge line: the worker streams it (bounded) itself
             self.close()
             return None
         self._pos = start + len(data)
@@ -233,6 +268,7 @@ def parse_rollout(data: bytes) -> Rollout:
         raise ValueError(f"invalid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    limits.check_depth(obj, data)  # a DepthError is a ValueError
     try:
         return Rollout.model_validate(obj)
     except ValidationError as exc:
@@ -247,10 +283,29 @@ def parse_rollout(data: bytes) -> Rollout:
 def iter_canonical_records(path: Path) -> Iterator[tuple[RawRecord, Rollout | str]]:
     """Each record with its parsed rollout, or the reason it is invalid."""
     for raw in iter_raw_records(path):
+        if raw.error:
+            yield raw, raw.error
+            continue
         try:
             yield raw, parse_rollout(raw.data)
         except ValueError as exc:
             yield raw, str(exc)
+
+
+def first_json_object(head: bytes) -> tuple[bytes, dict] | None:
+    """The first line of ``head`` (a file's first bytes) that is a JSON object, with the
+    object: blank lines, a byte order mark and lines that do not parse (a cut first
+    record, a banner) do not hide the format of the records that follow."""
+    for line in strip_bom(head).split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            return line, obj
+    return None
 
 
 def rollout_to_json(rollout: Rollout) -> bytes:
@@ -273,21 +328,26 @@ def write_canonical_parquet(
 ) -> int:
     """Write rollouts to a canonical Parquet file (temporary name, then rename). Row
     groups of 64 rollouts (~10 MB of JSON) are the units a build splits the file into."""
+    from pipeline.atomic import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
     n = 0
-    with pq.ParquetWriter(tmp, CANONICAL_PARQUET_SCHEMA, compression="zstd") as writer:
-        batch: list[Rollout] = []
-        for rollout in rollouts:
-            batch.append(rollout)
-            if len(batch) == rows_per_group:
+
+    def write(tmp: str) -> None:
+        nonlocal n
+        with pq.ParquetWriter(tmp, CANONICAL_PARQUET_SCHEMA, compression="zstd") as writer:
+            batch: list[Rollout] = []
+            for rollout in rollouts:
+                batch.append(rollout)
+                if len(batch) == rows_per_group:
+                    writer.write_table(_canonical_table(batch))
+                    n += len(batch)
+                    batch = []
+            if batch:
                 writer.write_table(_canonical_table(batch))
                 n += len(batch)
-                batch = []
-        if batch:
-            writer.write_table(_canonical_table(batch))
-            n += len(batch)
-    tmp.replace(path)
+
+    atomic_write(path, write)
     return n
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from pipeline.atomic import write_text
 from pipeline.shard_schema import SHARD_SCHEMA
 from schemas.kinds import SeamKind
 
@@ -240,7 +241,4 @@ def write_card(out: Path, manifest: dict, extra_fields=()) -> None:
         "```",
         "",
     ]
-    path = out / "README.md"
-    tmp = path.with_name(".README.md.tmp")
-    tmp.write_text("\n".join(lines))
-    tmp.replace(path)
+    write_text(out / "README.md", "\n".join(lines))

@@ -8,6 +8,7 @@ import argparse
 import importlib
 import os
 import select
+import signal
 import sys
 
 from pipeline.errors import UsageError
@@ -31,6 +32,25 @@ COMMAND_MODULES = [
 ]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread like SIGINT's KeyboardInterrupt, so
+    the same cleanup runs (temporary files removed, the lock released and unlinked)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum, frame):
+    raise Terminated(signum)
+
+
+def handle_termination() -> None:
+    """Treat SIGTERM and SIGHUP like SIGINT (worker processes restore the defaults)."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _terminate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="seam",
@@ -49,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    handle_termination()
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # inside the try: a reader that left shows up here, not at exit
@@ -60,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"seam {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated as exc:
+        name = signal.Signals(exc.signum).name
+        print(f"seam {args.command}: terminated ({name})", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print(f"seam {args.command}: interrupted", file=sys.stderr)
         return 130

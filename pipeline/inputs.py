@@ -20,7 +20,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.canonical_io import UNREADABLE, is_compressed, open_text_stream
+from pipeline.canonical_io import (
+    UNREADABLE,
+    first_json_object,
+    is_compressed,
+    open_text_stream,
+    read_head,
+)
 from pipeline.errors import InputError
 
 CANONICAL = "canonical"
@@ -102,7 +108,8 @@ def resolve_inputs(specs: list[str]) -> list[Path]:
 
 def looks_canonical(path: Path) -> bool:
     """A canonical rollout file: Parquet with a ``record`` column, or JSONL whose first
-    record has ``rollout_id`` and ``events``."""
+    JSON object (in its first MiB; lines that do not parse are passed over) has
+    ``rollout_id`` and ``events``."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -113,11 +120,14 @@ def looks_canonical(path: Path) -> bool:
     if not path.name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")):
         return False
     try:
-        with open_text_stream(path) as fh:
-            first = fh.readline(1 << 16)  # a cut .gz can still have a whole first line
+        head = read_head(path)
     except UNREADABLE:
         return False
-    return first.lstrip().startswith(b"{") and b'"rollout_id"' in first and b'"events"' in first
+    first = first_json_object(head)
+    if first is not None:
+        return "rollout_id" in first[1] and "events" in first[1]
+    line = head.split(b"\n", 1)[0]  # a first record longer than the head: by its text
+    return line.lstrip().startswith(b"{") and b'"rollout_id"' in line and b'"events"' in line
 
 
 def detect_format(path: Path) -> str:
@@ -133,9 +143,14 @@ def detect_format(path: Path) -> str:
 
 
 def plan_tasks(
-    files: list[Path], fmt: str, chunk_bytes: int, walked: frozenset[Path] = frozenset()
+    files: list[Path],
+    fmt: str,
+    chunk_bytes: int = 1 << 62,
+    walked: frozenset[Path] = frozenset(),
+    split: bool = True,
 ) -> list[Task]:
-    """Tasks in input order. A file whose format no reader recognises fails the build
+    """Tasks in input order (``split=False``: canonical files are not cut into ranges, for
+    commands that read their inputs in one process). A file whose format no reader recognises fails the build
     when it was named, and becomes one quarantine entry when it was found by walking a
     directory (``walked``): one stray file must not stop a build of thousands."""
     if fmt not in ("auto", CANONICAL):
@@ -154,12 +169,14 @@ def plan_tasks(
             if path not in walked:
                 raise
             file_format = UNRECOGNISED
-        if file_format == CANONICAL and path.name.endswith(SPLITTABLE):
+        if file_format == CANONICAL and split and path.name.endswith(SPLITTABLE):
             for start, end, first_line in _byte_ranges(path, chunk_bytes):
                 tasks.append(Task(len(tasks), str(path), file_format, start, end, first_line))
-        elif file_format == CANONICAL and path.suffix == ".parquet":
+        elif file_format == CANONICAL and split and path.suffix == ".parquet":
             for start, end, first_row in _row_group_ranges(path, chunk_bytes):
                 tasks.append(Task(len(tasks), str(path), file_format, start, end, first_row))
+        elif file_format == CANONICAL:
+            tasks.append(Task(len(tasks), str(path), file_format))
         else:
             key = _session_key(path, file_format)
             if key is not None and (file_format, key) in sessions:

@@ -20,6 +20,7 @@ The call order per task (``pipeline/worker.py``): ``open_task``; then per rollou
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ class BuildStage(Protocol):
         """The stage for one task of the build writing to ``out``."""
         ...
 
-    def finalize(self, out: str, task_indices: list[int]) -> dict[str, Any]:
-        """Merge the tasks' side files into the build's outputs; counts for the manifest."""
+    def finalize(
+        self, out: str, task_indices: list[int], dest: Path | None = None
+    ) -> dict[str, Any]:
+        """Merge the tasks' side files into the build's outputs, written into ``dest`` (the
+        build's staging directory, published with the shards); counts for the manifest."""
         ...

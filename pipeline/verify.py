@@ -302,7 +302,7 @@ def iter_input_rollouts(
     id in ``wanted`` when given (canonical records of other ids are not even parsed)."""
     from pipeline.canonical_io import iter_jsonl_lines, iter_parquet_records, parse_rollout
     from pipeline.inputs import CANONICAL, UNRECOGNISED, plan_tasks
-    from pipeline.worker import iter_task_records
+    from pipeline.intake import iter_records
 
     # Planned as the build planned them: the files of one session are one task (one
     # rollout per session); whole files (no ranges); a stray file is the build's quarantine.
@@ -323,7 +323,8 @@ def iter_input_rollouts(
                     if wanted is None or rollout.rollout_id in wanted:
                         yield rollout
         else:
-            for _, read, _, _ in iter_task_records(task):
+            for record in iter_records(task):
+                read = record.rollout
                 if read is not None and (wanted is None or read.rollout_id in wanted):
                     yield read
 

@@ -20,17 +20,18 @@ import signal
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
 
-from pipeline import fidelity
-from pipeline.canonical_io import UNREADABLE, iter_jsonl_lines, iter_parquet_records, parse_rollout
-from pipeline.inputs import CANONICAL, UNRECOGNISED, Task
+from pipeline import fidelity, limits
+from pipeline.atomic import atomic_write, write_bytes, write_text
+from pipeline.inputs import Task
+from pipeline.intake import ACCEPTED, SKIPPED, iter_records
+from pipeline.limits import Limits
 from pipeline.render import ChatRenderer, TemplateError
 from pipeline.rows import (
     ROLLOUT_ORDINAL,
@@ -44,8 +45,6 @@ from pipeline.segment import Segmenter
 from pipeline.stage import BuildStage
 from schemas.rollout import Rollout
 
-RAW_EXCERPT_LIMIT = 1 << 20  # quarantined raw text kept per record (file + line point to the rest)
-
 
 @dataclass(frozen=True)
 class WorkerConfig:
@@ -55,6 +54,9 @@ class WorkerConfig:
     options: RowOptions
     rewards: str | None = None  # --rewards FILE: outcomes joined by rollout or session id
     stage: BuildStage | None = None  # BuildConfig.stage (pipeline/stage.py)
+    limits: Limits = field(default_factory=Limits)  # what one input record may cost
+    reader_options: dict = field(default_factory=dict)  # e.g. group_by for chat logs
+    quarantine_raw_bytes: int = 1 << 20  # raw text a task may copy into the quarantine
 
 
 _SEGMENTERS: dict[tuple, Segmenter] = {}
@@ -103,6 +105,10 @@ def worker_process_setup() -> None:
     import gc
 
     gc.freeze()
+    # The build's SIGTERM/SIGHUP handlers (pipeline.cli) raise in its main thread; a
+    # worker just ends, and the build cleans up.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
         sys.meta_path.insert(0, _NoPandas())
@@ -131,83 +137,6 @@ def part_paths(out: str, index: int) -> tuple[Path, Path, Path]:
         base.with_suffix(".quarantine.jsonl"),
         base.with_suffix(".json"),
     )
-
-
-def iter_task_records(
-    task: Task, data: bytes | None = None
-) -> Iterator[tuple[int | None, Rollout | None, str | None, str | None]]:
-    """(line, rollout, rejection reason, raw text) for each record of the task;
-    ``(line, None, None, reason)`` for skipped non-call records. ``data``: the task's
-    bytes when the build fed them (a range of a compressed file)."""
-    for line, rollout, reason, raw, _ in iter_task_items(task, data):
-        yield line, rollout, reason, raw
-
-
-def iter_task_items(
-    task: Task, data: bytes | None = None
-) -> Iterator[tuple[int | None, Rollout | None, str | None, str | None, str | None]]:
-    """``iter_task_records`` plus the file of each record (None: the task's file), for
-    tasks that read the several files of one session."""
-    path = Path(task.path)
-    if task.format == CANONICAL:
-        try:
-            groups = None if task.end is None else range(task.start, task.end)
-            records = (
-                iter_parquet_records(path, groups)
-                if path.suffix == ".parquet"
-                else iter_jsonl_lines(path, task.start, task.end, task.first_line, data)
-            )
-            for raw in records:
-                try:
-                    yield raw.line, parse_rollout(raw.data), None, None, None
-                except ValueError as exc:
-                    yield (
-                        raw.line,
-                        None,
-                        str(exc),
-                        raw.data[:RAW_EXCERPT_LIMIT].decode("utf-8", "replace"),
-                        None,
-                    )
-        except UNREADABLE as exc:  # unreadable/corrupt file: one quarantine entry
-            yield None, None, f"cannot read file: {type(exc).__name__}: {exc}", None, None
-        return
-    from pipeline.readers import REGISTRY, Accepted, Rejected
-
-    reader = REGISTRY.get(task.format)
-    if reader is None:
-        yield (
-            None,
-            None,
-            _why_unrecognised(path)
-            if task.format == UNRECOGNISED
-            else f"unknown format {task.format!r}",
-            None,
-            None,
-        )
-        return
-    items = reader.read_files([path, *map(Path, task.paths)]) if task.paths else reader.read(path)
-    try:
-        for item in items:
-            if isinstance(item, Accepted):
-                yield item.line, item.rollout, None, None, item.file
-            elif isinstance(item, Rejected):
-                raw = (item.raw or "")[:RAW_EXCERPT_LIMIT]
-                yield item.line, None, item.reason, raw, item.file
-            else:
-                yield item.line, None, None, f"skipped: {item.reason}", item.file
-    except Exception as exc:  # a reader bug must not lose the file silently
-        reason = f"reader {task.format} failed: {type(exc).__name__}: {exc}"
-        yield None, None, reason, None, None
-
-
-def _why_unrecognised(path: Path) -> str:
-    from pipeline.inputs import detect_format
-
-    try:
-        detect_format(path)
-    except ValueError as exc:
-        return str(exc)
-    return f"{path}: format not recognised when the build was planned"
 
 
 _REWARDS: dict[str, dict] = {}
@@ -269,24 +198,33 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
     skipped: Counter = Counter()
     seams: Counter = Counter()
     quarantine_lines: list[bytes] = []
+    raw_room = config.quarantine_raw_bytes  # raw text the quarantine may still take
 
     def reject(line, reason, raw, file=None):
+        nonlocal raw_room
         stats["quarantined"] += 1
         entry = {"file": file or task.path, "line": line, "format": task.format, "reason": reason}
-        if raw:
+        if raw and len(raw) <= raw_room:
             entry["raw"] = raw
+            raw_room -= len(raw)
+        elif raw:  # 90 KB of compressed junk lines must not become gigabytes of quarantine
+            entry["raw_omitted"] = "max_quarantine_raw_bytes reached"
         quarantine_lines.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
 
+    limits.use(config.limits)
+    accepted: list[list] = []  # [rollout id, file, line, its counts, its seams] per ordinal
     ordinal = 0
     rowless: list[tuple] = []  # accepted rollouts that left no rows
-    for line, rollout, reason, raw, file in iter_task_items(task, data):
-        if rollout is None and reason is None:
-            skipped[str(raw).removeprefix("skipped: ")] += 1
+    for record in iter_records(task, data, config.reader_options):
+        line, file = record.line, record.file
+        if record.kind == SKIPPED:
+            skipped[record.reason] += 1
             continue
         stats["read"] += 1
-        if rollout is None:
-            reject(line, reason, raw, file)
+        if record.kind != ACCEPTED:
+            reject(line, record.reason, record.raw, file)
             continue
+        rollout = record.rollout
         if rewards is not None:
             from pipeline.readers.rewards import apply_rewards
 
@@ -327,12 +265,14 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
         except (RejectedRollout, TemplateError) as exc:
             reject(line, f"rollout {rollout.rollout_id}: {exc}", None, file)
             continue
+        except RecursionError:  # content nested too deep for a recursive walk
+            reject(line, f"rollout {rollout.rollout_id}: nested too deeply to process", None, file)
+            continue
         ordinal += 1
-        stats["accepted"] += 1
-        stats["dropped_truncated_segments"] += dropped
-        stats["segments"] += len(segments)
+        own: Counter = Counter(accepted=1, dropped_truncated_segments=dropped)
+        own["segments"] += len(segments)
         if not segments:
-            stats["rollouts_without_segments"] += 1
+            own["rollouts_without_segments"] += 1
             # Still a sample of the policy on its task: it stays in its GRPO group, so
             # dropping its segments (--drop-truncated) leaves the others' advantages alone.
             rowless.append(
@@ -344,21 +284,26 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
                     ordinal - 1,
                 )
             )
+        own_seams = Counter(m.segment.seam_kind for m in segments)
         for m in segments:
-            seams[m.segment.seam_kind] += 1
-            stats["tokens"] += len(m.segment.tokens)
-            stats["trainable_tokens"] += m.num_trainable_tokens
-            stats["drift_realigned"] += m.segment.drift_realigned
-            stats["calls"] += len(m.segment.spans)
+            own["tokens"] += len(m.segment.tokens)
+            own["trainable_tokens"] += m.num_trainable_tokens
+            own["drift_realigned"] += m.segment.drift_realigned
+            own["calls"] += len(m.segment.spans)
         for reasons in batch.last_fidelity:
             for reason in reasons:
-                stats[f"{fidelity.COUNT_PREFIX}{reason}"] += 1
+                own[f"{fidelity.COUNT_PREFIX}{reason}"] += 1
+        stats.update(own)
+        seams.update(own_seams)
+        # Every accepted rollout, by ordinal: the build finds duplicate ids across tasks
+        # and takes a later copy back out (rows, counts, group vote) when it finalizes.
+        accepted.append([rollout.rollout_id, file or task.path, line, dict(own), dict(own_seams)])
     if task_stage is not None:
         stats.update(task_stage.close())
     part_path.parent.mkdir(parents=True, exist_ok=True)
     table = batch.to_table()
-    _atomic_write(part_path, lambda tmp: feather.write_feather(table, tmp, compression="zstd"))
-    _atomic_write(quarantine_path, lambda tmp: Path(tmp).write_bytes(b"".join(quarantine_lines)))
+    atomic_write(part_path, lambda tmp: feather.write_feather(table, tmp, compression="zstd"))
+    write_bytes(quarantine_path, b"".join(quarantine_lines))
     result = {
         "task": task.index,
         "file": task.path,
@@ -368,10 +313,11 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
         "skipped": dict(skipped),
         "seams": dict(seams),
         "groups": group_table(table, rowless),
+        "rollouts": accepted,
     }
     if task.paths:  # the session's other files, read with this one (counted under it)
         result["session_files"] = list(task.paths)
-    _atomic_write(marker, lambda tmp: Path(tmp).write_text(json.dumps(result, sort_keys=True)))
+    write_text(marker, json.dumps(result, sort_keys=True))
     return result
 
 
@@ -416,11 +362,3 @@ def _check_numbers(rollout: Rollout, vocab_size: int) -> None:
                     f"message {call.id}: {name} holds {bad}, not a token id of this tokenizer "
                     f"(vocabulary size {vocab_size}); was it logged with another tokenizer?"
                 )
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    write(str(tmp))
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)

@@ -4,23 +4,23 @@ Part files hold every row except the group-dependent columns. Finalizing takes t
 rollout table (one row per rollout: task, reward) that every task returned with its
 counts, computes GRPO advantages over rollouts (``pipeline/advantage.py``), then cuts
 the parts, in task order, into ``train-XXXXX-of-NNNNN.parquet`` shards of at most
-``rows_per_shard`` rows (equal sizes), written in parallel, each to a temporary name
-and renamed. Memory is one shard (and the parts it spans) per writer thread.
+``rows_per_shard`` rows (equal sizes), written in parallel (``pipeline/atomic.py``) into
+the build's staging directory, which the build publishes once the set is complete. Memory is one shard (and the parts it spans) per writer thread.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
 from pipeline.advantage import group_advantages
+from pipeline.atomic import atomic_write
 from pipeline.rows import ROLLOUT_ORDINAL
 from pipeline.shard_schema import SHARD_SCHEMA, dictionary_columns
 from pipeline.worker import part_paths
@@ -29,13 +29,18 @@ SHARD_PATTERN = "train-{index:05d}-of-{total:05d}.parquet"
 
 
 def compute_group_stats(
-    results: list[dict], use_std: bool, ddof: int = 0
+    results: list[dict],
+    use_std: bool,
+    ddof: int = 0,
+    excluded: dict[int, set[int]] | None = None,
 ) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], int]:
     """Per task: (advantage, group_size) indexed by rollout ordinal; and how many task
     groups hold a single rollout (advantage 0, reported in the summary).
 
     ``results`` are the tasks' results, each with its ``groups`` table (task id, reward,
-    ordinal of every rollout that has rows; ``worker.group_table``)."""
+    ordinal of every rollout that has rows; ``worker.group_table``); ``excluded``: the
+    ordinals, per task, of rollouts left out of the shards and their groups (duplicates)."""
+    excluded = excluded or {}
     keys: list[str] = []
     rewards: list[float] = []
     owners: list[tuple[int, int]] = []
@@ -43,13 +48,23 @@ def compute_group_stats(
     parents: list[str | None] = []
     for r in results:
         groups = r["groups"]
-        keys.extend(groups["task_id"])
-        rewards.extend(np.nan if x is None else x for x in groups["reward"])
-        owners.extend((r["task"], o) for o in groups["ordinal"])
+        left_out = excluded.get(r["task"], set())
         # Parts written before sub-agents were linked carry no ids: every rollout votes.
         n = len(groups["task_id"])
-        ids.extend(groups.get("rollout_id") or [None] * n)
-        parents.extend(groups.get("parent_rollout_id") or [None] * n)
+        for key, reward, o, rid, parent in zip(
+            groups["task_id"],
+            groups["reward"],
+            groups["ordinal"],
+            groups.get("rollout_id") or [None] * n,
+            groups.get("parent_rollout_id") or [None] * n,
+        ):
+            if o in left_out:
+                continue
+            keys.append(key)
+            rewards.append(np.nan if reward is None else reward)
+            owners.append((r["task"], o))
+            ids.append(rid)
+            parents.append(parent)
     result: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if not keys:
         return result, 0
@@ -129,9 +144,12 @@ def write_shards(
     extra_fields=(),
     workers: int = 1,
     std_ddof: int = 0,
+    dest: Path | None = None,
+    excluded: dict[int, set[int]] | None = None,
 ) -> tuple[dict[str, str], int]:
-    """Write every shard from the tasks' results (in task order); returns
-    ``{shard name: sha256}`` in shard order and the number of task groups of one.
+    """Write every shard from the tasks' results (in task order) into ``dest`` (default
+    ``out``), without the rows of the rollouts in ``excluded`` (ordinals per task);
+    returns ``{shard name: sha256}`` in shard order and the number of task groups of one.
 
     Shards are independent once the group advantages are known, so they are written in
     parallel — the serial part of finalizing is the tiny group table. Threads, not
@@ -140,11 +158,25 @@ def write_shards(
     faulting in fresh memory the parent process already had.
     """
     schema = pa.schema([*SHARD_SCHEMA, *extra_fields], metadata=SHARD_SCHEMA.metadata)
-    stats, groups_of_one = compute_group_stats(results, use_std, std_ddof)
-    plan = plan_shards([(r["task"], r["rows"]) for r in results], rows_per_shard)
+    excluded = excluded or {}
+    stats, groups_of_one = compute_group_stats(results, use_std, std_ddof, excluded)
+    rows = [
+        (
+            r["task"],
+            r["rows"] - sum(r["rollouts"][o][3]["segments"] for o in excluded.get(r["task"], ())),
+        )
+        for r in results
+    ]
+    plan = plan_shards(rows, rows_per_shard)
     names = [SHARD_PATTERN.format(index=i, total=len(plan)) for i in range(len(plan))]
     jobs = [
-        (out, name, pieces, {t: stats[t] for t, _, _ in pieces}, schema)
+        (
+            out,
+            Path(dest or out) / name,
+            pieces,
+            {t: (stats.get(t), excluded.get(t)) for t, _, _ in pieces},
+            schema,
+        )
         for name, pieces in zip(names, plan)
     ]
     if workers > 1 and len(jobs) > 1:
@@ -160,11 +192,15 @@ def write_shards(
 
 
 def _write_shard(job) -> str:
-    out, name, pieces, stats, schema = job
+    out, path, pieces, stats, schema = job
     tables = []
     for task, offset, length in pieces:
-        part = feather.read_table(part_paths(out, task)[0], memory_map=False).slice(offset, length)
-        adv, sizes = stats[task]
+        (adv, sizes), left_out = stats[task]
+        part = feather.read_table(part_paths(out, task)[0], memory_map=False)
+        if left_out:
+            keep = pc.invert(pc.is_in(part[ROLLOUT_ORDINAL], pa.array(sorted(left_out))))
+            part = part.filter(keep)
+        part = part.slice(offset, length)
         ordinals = np.asarray(part[ROLLOUT_ORDINAL].to_pylist(), dtype=np.int64)
         part = part.set_column(
             part.schema.get_field_index("advantage"),
@@ -180,7 +216,6 @@ def _write_shard(job) -> str:
     # Chunks stay as they are (one per part slice): the writer cuts row groups by row
     # count, and copying every token once more into one chunk doubled the write time.
     table = pa.concat_tables(tables) if tables else schema.empty_table()
-    path = Path(out) / name
     _write_parquet(path, table)
     return file_sha256(path)
 
@@ -193,29 +228,38 @@ def numpy_array(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
 
 
 def _write_parquet(path: Path, table: pa.Table) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    pq.write_table(
-        table,
-        tmp,
-        compression="zstd",
-        row_group_size=256,
-        use_dictionary=dictionary_columns(table.schema),
+    atomic_write(
+        path,
+        lambda tmp: pq.write_table(
+            table,
+            tmp,
+            compression="zstd",
+            row_group_size=256,
+            use_dictionary=dictionary_columns(table.schema),
+        ),
     )
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
-def merge_quarantine(out: str, task_indices: list[int]) -> int:
-    path = Path(out) / "quarantine.jsonl"
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+def merge_quarantine(
+    out: str, task_indices: list[int], dest: Path | None = None, extra: list[bytes] = ()
+) -> int:
+    """Concatenate the tasks' quarantine parts, in task order, then the ``extra`` entries
+    found when finalizing (duplicates), into ``dest/quarantine.jsonl``; returns the number
+    of entries."""
     n = 0
-    with open(tmp, "wb") as dst:
-        for t in task_indices:
-            data = part_paths(out, t)[1].read_bytes()
-            n += data.count(b"\n")
-            dst.write(data)
-    os.replace(tmp, path)
+
+    def write(tmp: str) -> None:
+        nonlocal n
+        with open(tmp, "wb") as dst:
+            for t in task_indices:
+                with open(part_paths(out, t)[1], "rb") as src:
+                    for block in iter(lambda: src.read(1 << 20), b""):  # parts can be large
+                        n += block.count(b"\n")
+                        dst.write(block)
+            dst.writelines(extra)
+            n += len(extra)
+
+    atomic_write(Path(dest or out) / "quarantine.jsonl", write)
     return n
 
 
@@ -229,9 +273,3 @@ def file_sha256(path: Path, stop=None) -> str:
             if stop is not None and stop.is_set():
                 break
     return digest.hexdigest()
-
-
-def write_json(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)

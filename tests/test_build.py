@@ -231,8 +231,11 @@ def test_bad_configuration_fails_fast_with_one_line(tmp_path, sample_rollouts):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    with pytest.raises(BuildError, match="not a seam build"):
+    with pytest.raises(BuildError, match="holds files seam did not write"):
         build(tmp_path, [src], name="foreign")
+    with pytest.raises(BuildError, match="holds files seam did not write"):
+        build(tmp_path, [src], name="foreign", overwrite=True)
+    assert (foreign / "notes.txt").read_text() == "mine"
 
 
 def test_rerun_of_a_finished_build_is_up_to_date(tmp_path, sample_rollouts):
@@ -240,7 +243,8 @@ def test_rerun_of_a_finished_build_is_up_to_date(tmp_path, sample_rollouts):
     out, first = build(tmp_path, [src])
     _, second = build(tmp_path, [src])
     assert second.up_to_date and second.counts == first.counts
-    assert not list(out.glob(".*"))  # no lock, no temporary files, no parts left
+    # no lock, no temporary files, no parts left: only the record of what seam wrote
+    assert [p.name for p in out.glob(".*")] == [".seam-written"]
 
 
 @settings(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from pipeline.errors import UsageError
+from pipeline.limits import MIB, Limits
 
 
 def add_build_arguments(p) -> None:
@@ -102,11 +105,69 @@ def add_build_arguments(p) -> None:
         default=None,
         help="Address of a running Ray cluster (e.g. ray://head:10001 or auto). Default: start a local Ray.",
     )
-    p.add_argument("--overwrite", action="store_true", help="Replace an existing build in --out.")
+    add_group_by_argument(p)
+    add_limit_arguments(p)
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Replace an existing build in --out (only files seam wrote are deleted).",
+    )
     p.add_argument("--no-progress", action="store_true", help="No progress bar (logs, CI).")
     from pipeline.commands.verify import add_verify_argument
 
     add_verify_argument(p, "sample")
+
+
+def add_group_by_argument(p) -> None:
+    p.add_argument(
+        "--group-by",
+        metavar="FIELD",
+        default=None,
+        help="chat-completions logs only: dotted path of the field that names the rollout a call belongs "
+        "to (default: session_id, conversation_id, rollout_id, ... else the first messages).",
+    )
+
+
+def add_limit_arguments(p) -> None:
+    """What one input record may cost (``pipeline/limits.py``); a record over a limit is
+    quarantined with the limit named."""
+    defaults = Limits()
+    g = p.add_argument_group("limits per input record (a record over one is quarantined)")
+    for option, name, unit in (
+        ("--max-line-mb", "max_line_bytes", "MiB per JSONL line"),
+        ("--max-document-mb", "max_document_bytes", "MiB per whole-file JSON document"),
+        ("--max-decompressed-mb", "max_decompressed_bytes", "MiB per .gz/.zst file, decompressed"),
+        ("--max-message-mb", "max_message_bytes", "MiB of text per message (bounds memory)"),
+    ):
+        g.add_argument(
+            option,
+            type=float,
+            default=getattr(defaults, name) / MIB,
+            metavar="MB",
+            help=f"{unit} (default {getattr(defaults, name) / MIB:g}).",
+        )
+    g.add_argument(
+        "--max-depth",
+        type=int,
+        default=defaults.max_depth,
+        metavar="N",
+        help=f"JSON nesting levels per record (default {defaults.max_depth}).",
+    )
+
+
+def limits_from_args(args) -> Limits:
+    values = {
+        "max_line_bytes": args.max_line_mb,
+        "max_document_bytes": args.max_document_mb,
+        "max_decompressed_bytes": args.max_decompressed_mb,
+        "max_message_bytes": args.max_message_mb,
+    }
+    if any(v <= 0 for v in values.values()) or args.max_depth < 1:
+        raise UsageError("the --max-* limits must be positive")
+    return Limits(
+        **{k: int(v * MIB) for k, v in values.items()},
+        max_depth=args.max_depth,
+    )
 
 
 def config_from_args(args, kind: str):
@@ -144,6 +205,8 @@ def config_from_args(args, kind: str):
         engine=args.engine,
         ray_address=args.ray_address,
         rewards=args.rewards,
+        limits=limits_from_args(args),
+        group_by=args.group_by,
     )
 
 
@@ -160,13 +223,8 @@ def run_configured_build(config, title: str, verify: str = "sample") -> int:
         result = run_build(config, command)
     except (BuildError, InputError, TokenizerError) as exc:
         raise UsageError(str(exc)) from None
-    except OSError as exc:  # disk full, permissions: one line, not a worker's traceback
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise UsageError(
-            f"{reason}{where}: the build in {config.out} stopped and left no partial shard; fix this and "
-            "rerun the same command (finished tasks resume)"
-        ) from None
+    except OSError as exc:  # disk full, an unreadable input: one line, not a traceback
+        raise UsageError(os_error_line(exc, config.out, "build")) from None
     if config.kind == "rl" and not result.counts.get("accepted"):
         raise UsageError(_why_nothing_accepted(result))
     if result.up_to_date:
@@ -210,6 +268,25 @@ def _why_nothing_accepted(result) -> str:
         f"no rollout accepted: all {read} quarantined (first reason: {reasons[0][:160]}); "
         f"see {result.out / 'quarantine.jsonl'}"
     )
+
+
+def os_error_line(exc: OSError, out: str, what: str) -> str:
+    """One line naming the real cause of an OS error that stopped a build or an ingest
+    (``what``): a full disk, a file in --out that cannot be written, an unreadable input."""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    name = Path(exc.filename).resolve() if exc.filename else None
+    in_out = name is not None and Path(out).resolve() in (name, *name.parents)
+    stopped = f"the {what} in {out} stopped and left no partial output"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return (
+            f"{reason} ({exc.filename or out}): {stopped}; free some space and rerun the same "
+            "command" + (" (finished tasks resume)" if what == "build" else "")
+        )
+    if in_out:
+        return f"cannot write {exc.filename}: {reason}; {stopped}"
+    if name is not None:
+        return f"cannot read {exc.filename}: {reason}; {stopped}"
+    return f"{reason}; {stopped}"
 
 
 def run(args) -> int:

@@ -11,6 +11,7 @@ JSONL inputs the records accounted for are checked against the file's lines.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import textwrap
@@ -21,15 +22,15 @@ from pathlib import Path
 from pipeline.errors import UsageError
 
 SUMMARY_FILE = "ingest.json"
-UNRECOGNISED = "unrecognised"
 SKIP_ROWS = 8
 
 
 def run(args) -> int:
-    from pipeline.canonical_io import write_canonical_parquet
-    from pipeline.inputs import InputError, resolve_inputs
+    from pipeline import limits, out_dir
+    from pipeline.build import BuildError, OutputLock, check_out_path, make_out_dir
+    from pipeline.commands.build_rl import limits_from_args, os_error_line
+    from pipeline.inputs import InputError, plan_tasks, resolve_inputs, walked_files
     from pipeline.readers import REGISTRY
-    from pipeline.readers.detect import FormatError
     from pipeline.readers.rewards import RewardsError, load_rewards
 
     if args.format not in ("auto", "canonical") and args.format not in REGISTRY:
@@ -37,52 +38,72 @@ def run(args) -> int:
             f"unknown --format {args.format!r}; choose auto, canonical or one of: "
             f"{', '.join(sorted(REGISTRY))}"
         )
+    limits.use(limits_from_args(args))
     out = Path(args.out)
-    target = out / "rollouts.parquet"
-    if target.exists() and not args.overwrite:
-        raise UsageError(f"{target} exists; pass --overwrite to replace it")
     try:
+        files = resolve_inputs(args.inputs)
+        check_out_path(out, files, args.inputs)
         rewards = load_rewards(Path(args.rewards)) if args.rewards else None
-        plan = [entry for spec in args.inputs for entry in _plan(spec, args.format, resolve_inputs)]
-    except (InputError, FormatError, RewardsError) as exc:
+        tasks = plan_tasks(files, args.format, split=False, walked=walked_files(args.inputs))
+        make_out_dir(out)
+        with OutputLock(out):
+            _check_out(out, args.overwrite)
+            stats = _write(out, tasks, args, rewards)
+    except (InputError, RewardsError, BuildError, out_dir.OutDirError) as exc:
         raise UsageError(str(exc)) from None
-    stats = _Stats()
-    out.mkdir(parents=True, exist_ok=True)
-    quarantine_tmp = out / ".quarantine.jsonl.tmp"
-    with open(quarantine_tmp, "w") as quarantine:
-        rollouts = _ingest(plan, args, rewards, stats, quarantine)
-        write_canonical_parquet(rollouts, target)
-    quarantine_tmp.replace(out / "quarantine.jsonl")
-    (out / SUMMARY_FILE).write_text(json.dumps(stats.as_dict(), indent=2, sort_keys=True))
+    except OSError as exc:  # disk full, --out not writable: one line, not a traceback
+        raise UsageError(os_error_line(exc, str(out), "ingest")) from None
     stats.print(out, args.rewards)
+    unaccounted = stats.unaccounted()
+    if unaccounted:
+        print(
+            f"seam ingest: error: {unaccounted:,} input line(s) ended in no rollout, quarantine "
+            "entry or skip count (see the lines check above); this is a reader bug",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
-def _plan(spec: str, fmt: str, resolve_inputs) -> list[tuple[Path, str, str | None]]:
-    """(file, format, why unrecognised) for the files of one input. A file found by
-    walking a directory whose format is not recognised is quarantined, not fatal."""
-    from pipeline.inputs import detect_format
-    from pipeline.readers.detect import FormatError
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an --out holding files seam did not write, or an earlier ingest without
+    --overwrite; otherwise remove what an earlier ingest wrote (its summary first)."""
+    from pipeline import out_dir
 
-    walked = Path(spec).expanduser().is_dir()
-    planned: list[tuple[Path, str, str | None]] = []
-    for path in resolve_inputs([spec]):
-        if fmt != "auto":
-            planned.append((path, fmt, None))
-            continue
-        try:
-            planned.append((path, detect_format(path), None))
-        except FormatError as exc:
-            if not walked:
-                raise
-            planned.append((path, UNRECOGNISED, str(exc)))
-    return planned
+    out_dir.refuse_foreign(out)
+    if (out / "rollouts.parquet").exists() and not overwrite:
+        raise UsageError(f"{out / 'rollouts.parquet'} exists; pass --overwrite to replace it")
+    (out / SUMMARY_FILE).unlink(missing_ok=True)
+    out_dir.clear_written(out)
 
 
-def _ingest(plan, args, rewards, stats: _Stats, quarantine) -> Iterator:
-    """Rollouts of every planned file; quarantine and counts are written on the way."""
+def _write(out: Path, tasks, args, rewards) -> _Stats:
+    """rollouts.parquet and quarantine.jsonl (each whole or absent), then ingest.json last:
+    a reader that finds the summary finds the outputs it describes."""
+    from pipeline import out_dir
+    from pipeline.atomic import atomic_write, write_text
+    from pipeline.canonical_io import write_canonical_parquet
+
+    out_dir.record(out, ["rollouts.parquet", "quarantine.jsonl", SUMMARY_FILE])
+    stats = _Stats()
+
+    def write_both(quarantine_tmp: str) -> None:
+        with open(quarantine_tmp, "w", encoding="utf-8") as quarantine:
+            rollouts = _ingest(tasks, args, rewards, stats, quarantine)
+            write_canonical_parquet(rollouts, out / "rollouts.parquet")
+
+    atomic_write(out / "quarantine.jsonl", write_both)
+    write_text(out / SUMMARY_FILE, json.dumps(stats.as_dict(), indent=2, sort_keys=True))
+    return stats
+
+
+def _ingest(tasks, args, rewards, stats: _Stats, quarantine) -> Iterator:
+    """Rollouts of every planned file; quarantine and counts are written on the way. A
+    rollout id seen before is quarantined (the first is kept): it would join its GRPO
+    group twice."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from pipeline.intake import ACCEPTED, QUARANTINED, iter_records
     from pipeline.progress import console
     from pipeline.readers.rewards import apply_rewards
 
@@ -95,14 +116,38 @@ def _ingest(plan, args, rewards, stats: _Stats, quarantine) -> Iterator:
         TextColumn("{task.fields[rollouts]} rollouts"),
         TimeElapsedColumn(),
     )
+    first_seen: dict[str, str] = {}
+    options = {"group_by": args.group_by} if args.group_by else {}
+
+    def reject(path, fmt, line, reason, raw) -> None:
+        entry = {"file": str(path), "line": line, "format": fmt, "reason": reason}
+        entry["raw"] = raw or ""
+        quarantine.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
     with Progress(*columns, console=console, disable=not show) as progress:
-        bar = progress.add_task("ingest", total=len(plan), file="", rollouts=0)
-        for path, fmt, why in plan:
-            progress.update(bar, file=path.name)
-            for kind, line, payload, records in _items(path, fmt, why, args):
-                stats.count(path, fmt, kind, payload, records)
+        bar = progress.add_task("ingest", total=len(tasks), file="", rollouts=0)
+        for task in tasks:
+            fmt = task.format
+            progress.update(bar, file=Path(task.path).name)
+            for record in iter_records(task, reader_options=options):
+                path = Path(record.file or task.path)  # a session's files are read together
+                kind = {ACCEPTED: "accepted", QUARANTINED: "rejected"}.get(record.kind, "skipped")
                 if kind == "accepted":
-                    rollout = payload
+                    rid = record.rollout.rollout_id
+                    here = f"{path}:{record.line}" if record.line else str(path)
+                    if rid in first_seen:
+                        kind = "rejected"
+                        record = dataclasses.replace(
+                            record,
+                            reason=f"duplicate rollout_id {rid!r}: first at {first_seen[rid]}, "
+                            f"again at {here} (the first is kept)",
+                        )
+                    else:
+                        first_seen[rid] = here
+                payload = record.reason if kind == "skipped" else record.rollout
+                stats.count(path, fmt, kind, payload, record.records)
+                if kind == "accepted":
+                    rollout = record.rollout
                     if rewards is not None:
                         rollout, key = apply_rewards(rollout, rewards)
                         stats.rewards["matched" if key else "unmatched"] += 1
@@ -110,50 +155,10 @@ def _ingest(plan, args, rewards, stats: _Stats, quarantine) -> Iterator:
                     progress.update(bar, rollouts=stats.total["accepted"])
                     yield rollout
                 elif kind == "rejected":
-                    reason, raw = payload
-                    quarantine.write(
-                        json.dumps(
-                            {
-                                "file": str(path),
-                                "line": line,
-                                "format": fmt,
-                                "reason": reason,
-                                "raw": (raw or "")[: 1 << 20],
-                            },
-                            ensure_ascii=False,
-                        )
-                        + "\n"
-                    )
-            stats.check_lines(path, fmt)
+                    reject(path, fmt, record.line, record.reason, record.raw)
+            for name in (task.path, *task.paths):
+                stats.check_lines(Path(name), fmt)
             progress.advance(bar)
-
-
-def _items(path: Path, fmt: str, why: str | None, args):
-    """(kind, line, payload, records) for each item a file yields; never raises."""
-    from pipeline.canonical_io import iter_canonical_records
-    from pipeline.readers import REGISTRY, Accepted, Rejected
-
-    if fmt == UNRECOGNISED:
-        yield "rejected", None, (why, None), 1
-        return
-    try:
-        if fmt == "canonical":
-            for raw, parsed in iter_canonical_records(path):
-                if isinstance(parsed, str):
-                    yield "rejected", raw.line, (parsed, raw.data.decode("utf-8", "replace")), 1
-                else:
-                    yield "accepted", raw.line, parsed, 1
-            return
-        reader = REGISTRY[fmt].configure(group_by=args.group_by)
-        for item in reader.read(path):
-            if isinstance(item, Accepted):
-                yield "accepted", item.line, item.rollout, item.records
-            elif isinstance(item, Rejected):
-                yield "rejected", item.line, (item.reason, item.raw), item.records
-            else:
-                yield "skipped", item.line, item.reason, 1
-    except Exception as exc:  # a reader bug must not stop the other files or lose this one silently
-        yield "rejected", None, (f"reader {fmt} failed: {type(exc).__name__}: {exc}", None), 0
 
 
 class _Stats:
@@ -184,15 +189,21 @@ class _Stats:
 
     def check_lines(self, path: Path, fmt: str) -> None:
         """For JSONL inputs: every non-blank line must be accounted for."""
+        from pipeline.inputs import UNRECOGNISED
+
         if not path.name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")) or fmt == UNRECOGNISED:
             return
-        from pipeline.canonical_io import iter_jsonl_lines
+        from pipeline.canonical_io import UNREADABLE, iter_jsonl_lines
 
         try:
             lines = sum(1 for _ in iter_jsonl_lines(path))
-        except (OSError, EOFError, ValueError):
+        except UNREADABLE:
             return
         self.files[str(path)]["lines"] = lines
+
+    def unaccounted(self) -> int:
+        """Lines of JSONL inputs that no item accounts for (the lines check)."""
+        return sum(abs(c["lines"] - c["records"]) for c in self.files.values() if "lines" in c)
 
     def as_dict(self) -> dict:
         return {
@@ -303,6 +314,7 @@ def _short(name: str) -> str:
 
 
 def register(sub) -> None:
+    from pipeline.commands.build_rl import add_group_by_argument, add_limit_arguments
     from pipeline.readers import REGISTRY
 
     formats = "\n".join(
@@ -341,15 +353,12 @@ def register(sub) -> None:
         help="CSV or JSONL with rollout_id / session_id / id, reward, and optional task_id and resolved: "
         "joined to the rollouts (for formats that record no reward, e.g. Claude Code, Codex).",
     )
+    add_group_by_argument(p)
+    add_limit_arguments(p)
     p.add_argument(
-        "--group-by",
-        metavar="FIELD",
-        default=None,
-        help="chat-completions logs only: dotted path of the field that names the rollout a call belongs "
-        "to (default: session_id, conversation_id, rollout_id, ... else the first messages).",
-    )
-    p.add_argument(
-        "--overwrite", action="store_true", help="Replace an existing OUT/rollouts.parquet."
+        "--overwrite",
+        action="store_true",
+        help="Replace an existing OUT/rollouts.parquet (only files seam wrote are deleted).",
     )
     p.add_argument("--no-progress", action="store_true", help="No progress bar (logs, CI).")
     p.set_defaults(func=run)

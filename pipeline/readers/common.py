@@ -7,38 +7,36 @@ import dataclasses
 import hashlib
 import json
 import re
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
-import zstandard
 from pydantic import ValidationError
 
-from pipeline.canonical_io import iter_jsonl_lines, open_text_stream
-
-# What reading a damaged or truncated (compressed) file raises.
-UNREADABLE = (OSError, EOFError, zlib.error, zstandard.ZstdError)
-
-
-def read_head(path: Path, size: int = 1 << 16) -> bytes:
-    """The first ``size`` bytes of a file, decompressed (``.gz``/``.zst``)."""
-    with open_text_stream(path) as fh:
-        return fh.read(size)
+from pipeline import limits
+from pipeline.canonical_io import UNREADABLE, iter_jsonl_lines, open_text_stream, strip_bom
+from pipeline.canonical_io import first_json_object as _first_json_object
+from pipeline.canonical_io import read_head as read_head
 
 
 def load_json(path: Path) -> Any:
-    """A whole JSON document (decompressed). Raises ``ValueError`` with a short reason."""
+    """A whole JSON document (decompressed, at most ``max_document_bytes``, nested at
+    most ``max_depth`` levels). Raises ``ValueError`` with a short reason."""
+    cap = limits.current().max_document_bytes
     try:
         with open_text_stream(path) as fh:
-            data = fh.read()
+            data = strip_bom(fh.read(cap + 1))
     except UNREADABLE as exc:
         raise ValueError(f"cannot read the file: {type(exc).__name__}: {exc}") from None
+    if len(data) > cap:
+        raise ValueError(limits.over("max_document_bytes", "the JSON document"))
     try:
-        return orjson.loads(data)
+        doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"invalid JSON: {exc}") from None
+    limits.check_depth(doc, data)
+    return doc
 
 
 def iter_json_records(path: Path) -> Iterator[tuple[int | None, dict, str | None, str]]:
@@ -57,6 +55,9 @@ def iter_json_records(path: Path) -> Iterator[tuple[int | None, dict, str | None
 def _records(path: Path) -> Iterator[tuple[int, dict, str | None, str]]:
     for raw in iter_jsonl_lines(path):
         text = raw.data.decode("utf-8", "replace")
+        if raw.error:  # over a limit
+            yield raw.line, None, raw.error, text
+            continue
         try:
             obj = orjson.loads(raw.data)
         except orjson.JSONDecodeError as exc:
@@ -65,17 +66,19 @@ def _records(path: Path) -> Iterator[tuple[int, dict, str | None, str]]:
         if not isinstance(obj, dict):
             yield raw.line, {}, f"expected a JSON object, got {type(obj).__name__}", text
             continue
+        try:
+            limits.check_depth(obj, raw.data)
+        except limits.DepthError as exc:
+            yield raw.line, None, str(exc), text
+            continue
         yield raw.line, obj, None, text
 
 
 def first_json_object(head: bytes) -> dict | None:
-    """The first line of ``head`` as a JSON object, if it parses (for ``sniff``)."""
-    line = head.split(b"\n", 1)[0].strip()
-    try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    return obj if isinstance(obj, dict) else None
+    """The first line of ``head`` that is a JSON object (for ``sniff``): a byte order mark
+    or a first line that does not parse does not hide the format of the file."""
+    found = _first_json_object(head)
+    return found[1] if found else None
 
 
 def first_array_item(head: bytes) -> Any:
@@ -153,7 +156,9 @@ def file_digest(path: Path) -> str:
 
 # What malformed content raises while a reader walks it: caught per record or rollout,
 # turned into a quarantine entry, never let out of ``read``.
-BAD_CONTENT = (ValueError, TypeError, AttributeError, KeyError, IndexError)
+# RecursionError: content nested deep enough to overflow a recursive walk (JSON is
+# capped by ``max_depth``, but a reader may nest further while converting).
+BAD_CONTENT = (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError)
 
 
 def reason_of(exc: Exception) -> str:

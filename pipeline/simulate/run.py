@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.atomic import atomic_write
 from pipeline.canonical_io import CANONICAL_PARQUET_SCHEMA, rollout_to_json
 
 FORMATS = {
@@ -156,17 +157,16 @@ def run(job: Job, on_progress: Callable[[int], None] = lambda k: None) -> Totals
     """Simulate ``job.n`` rollouts into ``job.out``; returns what was written."""
     totals = Totals()
     job.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = job.out.with_name(f".{job.out.name}.tmp{os.getpid()}")
-    try:
-        with _writer(job.fmt, tmp) as write:
+
+    def write_all(tmp: str) -> None:
+        with _writer(job.fmt, Path(tmp)) as write:
             for chunk in _results(job):
                 write(chunk)
                 for _, _, stats in chunk:
                     totals.add(stats)
                 on_progress(len(chunk))
-        tmp.replace(job.out)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    atomic_write(job.out, write_all, fsync=False)
     totals.bytes = job.out.stat().st_size
     return totals
 

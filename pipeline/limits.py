@@ -1,0 +1,94 @@
+"""Limits on what one input record may cost, so a small hostile file cannot exhaust memory.
+
+A 32 KB ``.jsonl.zst`` can hold a 1 GiB line; JSON nested a thousand levels deep
+overflows Python's recursion in whichever function walks it first. Each limit is an
+option with a safe default; a record over one is quarantined with the limit named
+(and the option that raises it), and its neighbours are read on:
+
+- ``max_line_bytes``: one JSONL line (one record); read in bounded pieces, so a longer
+  line is skipped without ever being held in memory;
+- ``max_document_bytes``: a whole-file JSON document (OpenHands, SWE-agent, ATIF, ...);
+- ``max_decompressed_bytes``: all the data of one ``.gz``/``.zst`` file once decompressed;
+- ``max_message_bytes``: the text of one message (content, reasoning, tool-call
+  arguments): tokenizing text costs about 100 bytes of memory per byte, so this bounds a
+  worker's memory (a 50 MB tool output would need over 5 GB);
+- ``max_depth``: nesting of JSON objects and arrays in one record;
+- ``max_quarantine_raw_bytes``: raw text copied into a build's quarantine, shared evenly
+  by its tasks (entries past a task's share keep file, line and reason, not ``raw``).
+
+The limits in force are per process (``use``): the build sets them before it forks its
+workers and every task sets them again, so readers need no extra argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_line_bytes: int = 64 * MIB
+    max_document_bytes: int = 128 * MIB
+    max_decompressed_bytes: int = 16 * 1024 * MIB
+    max_message_bytes: int = 8 * MIB
+    max_depth: int = 100
+    max_quarantine_raw_bytes: int = 64 * MIB
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# Options that set each limit, named in the reasons of the records over it.
+OPTION = {
+    "max_line_bytes": "--max-line-mb",
+    "max_document_bytes": "--max-document-mb",
+    "max_decompressed_bytes": "--max-decompressed-mb",
+    "max_message_bytes": "--max-message-mb",
+    "max_depth": "--max-depth",
+}
+
+_current = Limits()
+
+
+def use(limits: Limits) -> None:
+    """Make ``limits`` the ones in force in this process."""
+    global _current
+    _current = limits
+
+
+def current() -> Limits:
+    return _current
+
+
+def over(name: str, what: str) -> str:
+    """The reason for a record over the limit ``name``: the limit, its value, its option."""
+    value = getattr(_current, name)
+    shown = f"{value / MIB:g} MiB" if name.endswith("_bytes") else str(value)
+    return f"{what} exceeds the {name} limit ({shown}; raise it with {OPTION[name]})"
+
+
+class DepthError(ValueError):
+    """JSON nested deeper than ``max_depth``."""
+
+
+def check_depth(obj: object, raw: bytes | None = None) -> None:
+    """Raise ``DepthError`` if ``obj`` (parsed JSON) nests deeper than ``max_depth``.
+    Iterative, so the check itself cannot overflow the stack; skipped when ``raw`` (the
+    JSON text) has too few brackets to nest that deep, which is most records."""
+    limit = _current.max_depth
+    if raw is not None and raw.count(b"{") + raw.count(b"[") <= limit:
+        return
+    stack = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > limit:
+            raise DepthError(over("max_depth", f"JSON nesting of {depth}+ levels"))
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))

@@ -1,0 +1,98 @@
+"""A rollout read twice joins its GRPO group once: later copies are quarantined with both
+places named, and the shards are those of a build without the copy. An input that
+changes while the build reads it fails the build instead of being described by a hash
+of bytes the build did not read."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.build import BuildConfig, BuildError, run_build
+from tests.robustness.records import good_record, line
+
+
+def _records(rewards: list[float]) -> list[bytes]:
+    rng = random.Random(3)
+    records = []
+    for i, reward in enumerate(rewards):
+        record = good_record(rng, f"r{i}", "task-0")
+        record["reward"] = reward
+        records.append(line(record))
+    return records
+
+
+def _build(inputs, out, **options):
+    return run_build(
+        BuildConfig(
+            inputs=[str(i) for i in inputs], out=str(out), progress=False, workers=1, **options
+        )
+    )
+
+
+def _rows(out):
+    return pq.read_table(sorted(out.glob("train-*.parquet"))).to_pylist()
+
+
+def test_a_duplicate_rollout_is_quarantined_and_its_group_counts_it_once(tmp_path):
+    records = _records([1.0, 0.0, 0.0, 0.0])
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_bytes(b"\n".join(records) + b"\n")
+    (tmp_path / "in" / "b.jsonl").write_bytes(records[0] + b"\n")  # r0 again, elsewhere
+    once = tmp_path / "once.jsonl"
+    once.write_bytes(b"\n".join(records) + b"\n")
+    reference = _build([once], tmp_path / "reference")
+    result = _build([tmp_path / "in"], tmp_path / "out", rows_per_shard=1)
+    rows = _rows(tmp_path / "out")
+    assert rows == _rows(tmp_path / "reference")
+    assert {r["group_size"] for r in rows} == {4}
+    # A = (R - mean) / std over the 4 rollouts: 1.732 for the 1, -0.577 for the 0s.
+    assert {round(r["advantage"], 3) for r in rows} == {1.732, -0.577}
+    assert result.counts["accepted"] == 4 and result.counts["quarantined"] == 1
+    assert result.counts["read"] == 5
+    for key in ("segments", "tokens", "trainable_tokens", "calls"):
+        assert result.counts[key] == reference.counts[key], key
+    assert result.seams == reference.seams
+    (entry,) = [json.loads(q) for q in (tmp_path / "out" / "quarantine.jsonl").open()]
+    assert entry["file"].endswith("b.jsonl") and entry["line"] == 1
+    assert f"{tmp_path}/in/a.jsonl:1" in entry["reason"] and "b.jsonl:1" in entry["reason"]
+    assert result.per_file[str(tmp_path / "in" / "b.jsonl")]["quarantined"] == 1
+
+
+class _ChangesInput:
+    """A build stage (the extension point build-sft uses) that edits an input as the
+    first task starts, as a writer still appending to the file would."""
+
+    extra_fields: list = []
+
+    def __init__(self, path, change):
+        self.path, self.change = path, change
+
+    def fingerprint(self) -> dict:
+        return {}
+
+    def open_task(self, out, index):
+        if index == 0:
+            self.change(self.path)
+
+    def finalize(self, out, indices, dest=None):
+        return {}
+
+
+@pytest.mark.parametrize("how", ["appended", "shuffled", "truncated"])
+def test_an_input_that_changes_during_the_build_fails_it(tmp_path, how):
+    records = _records([1.0, 0.0, 1.0, 0.0])
+    src = tmp_path / "a.jsonl"
+    src.write_bytes(b"\n".join(records) + b"\n")
+    change = {
+        "appended": lambda p: p.write_bytes(p.read_bytes() + records[0] + b"\n"),
+        "shuffled": lambda p: p.write_bytes(b"\n".join(reversed(records)) + b"\n"),
+        "truncated": lambda p: p.write_bytes(p.read_bytes()[:100]),
+    }[how]
+    with pytest.raises(BuildError, match="changed while the build read it"):
+        _build([src], tmp_path / "out", stage=_ChangesInput(src, change))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    assert not list((tmp_path / "out").glob("*.parquet"))

@@ -1,0 +1,143 @@
+"""One way in (``pipeline/intake.py``): one bad record never costs its neighbours. A byte
+order mark or a first line that does not parse leaves a file's format and its records
+as they are; a record nested too deep, over a size limit or in a file whose quarantine
+would explode is quarantined alone, with the limit named."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from pipeline import limits
+from pipeline.inputs import Task, detect_format
+from pipeline.intake import ACCEPTED, QUARANTINED, iter_records
+from pipeline.limits import MIB, Limits
+from tests.robustness.records import good_record, line
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "raw"
+# One JSONL file of every line-based format the issue found losing whole files.
+JSONL_FILES = [
+    "codex/compacted_local.jsonl",
+    "openai_messages/conversations.jsonl",
+    "chat_completions/gateway_log.jsonl",
+    "openhands/v1_events.jsonl",
+    "slime/samples.jsonl",
+    "verl/agent_loop_outputs.jsonl",
+    "skyrl/generator_output.jsonl",
+    "claude_code/compact_auto.jsonl",
+]
+DOCUMENTS = ["openhands/v0_condensation.json", "swe_agent/function_calling.traj"]
+
+
+@pytest.fixture(autouse=True)
+def default_limits():
+    limits.use(Limits())
+    yield
+    limits.use(Limits())
+
+
+def _canonical(path: Path, n: int = 5) -> Path:
+    rng = random.Random(1)
+    path.write_bytes(b"".join(line(good_record(rng, f"r{i}", "t")) + b"\n" for i in range(n)))
+    return path
+
+
+def _read(path: Path, fmt: str | None = None) -> tuple[str, list, list]:
+    fmt = fmt or detect_format(path)
+    records = list(iter_records(Task(0, str(path), fmt)))
+    # (line, events): some readers derive ids from the file's bytes, which a BOM changes
+    accepted = [(r.line, len(r.rollout.events)) for r in records if r.kind == ACCEPTED]
+    quarantined = [(r.line, r.reason) for r in records if r.kind == QUARANTINED]
+    return fmt, accepted, quarantined
+
+
+def _variants(tmp_path: Path) -> list[Path]:
+    files = [_canonical(tmp_path / "canonical.jsonl")]
+    for name in JSONL_FILES + DOCUMENTS:
+        target = tmp_path / name.replace("/", "__")
+        target.write_bytes((FIXTURES / name).read_bytes())
+        files.append(target)
+    return files
+
+
+def test_a_byte_order_mark_changes_nothing(tmp_path):
+    for path in _variants(tmp_path):
+        before = _read(path)
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+        assert _read(path) == before, path.name
+        assert before[1], path.name  # the file has rollouts to lose
+
+
+@pytest.mark.parametrize("bad", [b"not json at all", b'{"cut": "off', b"\x00\x01binary"])
+def test_a_bad_first_line_costs_only_itself(tmp_path, bad):
+    for path in _variants(tmp_path):
+        if path.suffix in (".json", ".traj"):
+            continue  # one document per file: no first line of its own
+        fmt, accepted, quarantined = _read(path)
+        path.write_bytes(bad + b"\n" + path.read_bytes())
+        fmt2, accepted2, quarantined2 = _read(path)
+        assert fmt2 == fmt, path.name
+        assert [n for _, n in accepted2] == [n for _, n in accepted], path.name
+        assert quarantined2[0][0] == 1 and len(quarantined2) == len(quarantined) + 1, path.name
+
+
+def _deep(levels: int) -> str:
+    """JSON text nested ``levels`` times (as text: Python's own encoder would overflow)."""
+    return '[{"type": "text", "content": ' * levels + '"x"' + "}]" * levels
+
+
+def test_deep_nesting_in_one_record_quarantines_that_record_only(tmp_path):
+    # Codex: a record nested deep used to turn the whole session into one RecursionError
+    # entry (600 levels here: orjson itself refuses past 1024, with a reason of its own).
+    src = (FIXTURES / "codex" / "two_sessions.jsonl").read_text().splitlines()
+    _, accepted, _ = _read(FIXTURES / "codex" / "two_sessions.jsonl")
+    deep = '{"timestamp": "2026-01-01T00:00:00Z", "type": "event_msg", "payload": %s}' % _deep(300)
+    path = tmp_path / "codex.jsonl"
+    path.write_text("\n".join([src[0], deep, *src[1:]]) + "\n")
+    fmt, accepted2, quarantined = _read(path)
+    assert fmt == "codex" and [r for _, r in accepted2] == [r for _, r in accepted]
+    assert quarantined == [(2, quarantined[0][1])] and "max_depth" in quarantined[0][1]
+    # Canonical: the deep record goes, its neighbours stay.
+    canonical = _canonical(tmp_path / "c.jsonl", 3)
+    rows = canonical.read_bytes().splitlines()
+    rows[1] = rows[1][:-1] + b', "meta": {"deep": ' + _deep(1000).encode() + b"}}"
+    canonical.write_bytes(b"\n".join(rows) + b"\n")
+    _, accepted, quarantined = _read(canonical)
+    assert [where for where, _ in accepted] == [1, 3]
+    assert quarantined[0][0] == 2 and "depth" in quarantined[0][1]
+
+
+def test_a_line_over_the_limit_is_quarantined_naming_it_and_never_held(tmp_path):
+    limits.use(Limits(max_line_bytes=MIB))
+    path = _canonical(tmp_path / "c.jsonl", 3)
+    rows = path.read_bytes().splitlines()
+    rows.insert(1, b'{"rollout_id": "huge", "pad": "' + b"a" * (3 * MIB) + b'"}')
+    for name, compress in (
+        ("c.jsonl", bytes),
+        ("c.jsonl.gz", gzip.compress),
+        ("c.jsonl.zst", zstandard.compress),
+    ):
+        target = tmp_path / name
+        target.write_bytes(compress(b"\n".join(rows) + b"\n"))
+        _, accepted, quarantined = _read(target, "canonical")
+        assert [where for where, _ in accepted] == [1, 3, 4], name
+        ((where, reason),) = quarantined
+        assert where == 2 and "max_line_bytes limit (1 MiB; raise it with --max-line-mb)" in reason
+
+
+def test_decompressed_size_and_message_size_limits_name_themselves(tmp_path):
+    path = _canonical(tmp_path / "c.jsonl", 40)
+    bomb = tmp_path / "c.jsonl.zst"
+    bomb.write_bytes(zstandard.compress(path.read_bytes()))
+    limits.use(Limits(max_decompressed_bytes=len(path.read_bytes()) // 2))
+    _, accepted, quarantined = _read(bomb, "canonical")
+    assert 0 < len(accepted) < 40 and "max_decompressed_bytes" in quarantined[-1][1]
+    limits.use(Limits(max_message_bytes=64))
+    _, accepted, quarantined = _read(path)
+    assert len(accepted) + len(quarantined) == 40 and quarantined
+    assert all("max_message_bytes" in reason for _, reason in quarantined)
