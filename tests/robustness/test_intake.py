@@ -6,7 +6,6 @@ would explode is quarantined alone, with the limit named."""
 from __future__ import annotations
 
 import gzip
-import json
 import random
 from pathlib import Path
 
@@ -96,7 +95,9 @@ def test_deep_nesting_in_one_record_quarantines_that_record_only(tmp_path):
     # entry (600 levels here: orjson itself refuses past 1024, with a reason of its own).
     src = (FIXTURES / "codex" / "two_sessions.jsonl").read_text().splitlines()
     _, accepted, _ = _read(FIXTURES / "codex" / "two_sessions.jsonl")
-    deep = '{"timestamp": "2026-01-01T00:00:00Z", "type": "event_msg", "payload": %s}' % _deep(300)
+    deep = (
+        '{"timestamp": "2026-01-01T00:00:00Z", "type": "event_msg", "payload": ' + _deep(300) + "}"
+    )
     path = tmp_path / "codex.jsonl"
     path.write_text("\n".join([src[0], deep, *src[1:]]) + "\n")
     fmt, accepted2, quarantined = _read(path)
