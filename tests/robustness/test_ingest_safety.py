@@ -8,7 +8,9 @@ import random
 from pathlib import Path
 
 from pipeline.build import OutputLock
+from pipeline.canonical_io import parse_rollout
 from pipeline.cli import main
+from pipeline.readers import REGISTRY, Accepted, Reader
 from tests.robustness.conftest import SEAM, run_seam
 from tests.robustness.records import good_record, line
 
@@ -78,3 +80,28 @@ def test_an_out_that_is_a_file_fails_in_one_line(tmp_path):
         done = run_seam([*SEAM, "ingest", str(src), "--out", out, "--no-progress"], tmp_path)
         assert done.returncode == 2 and message in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+class _LossyReader(Reader):
+    """A reader with the bug the lines check exists for: it reads a three-line file and
+    accounts for one line."""
+
+    name = "lossy-test-reader"
+
+    def sniff(self, path, head):
+        return False
+
+    def read(self, path):
+        first = path.read_bytes().splitlines()[0]
+        yield Accepted(parse_rollout(first), line=1, records=1)
+
+
+def test_lines_left_unaccounted_for_fail_the_ingest(tmp_path, capsys):
+    src = _inputs(tmp_path / "in")
+    REGISTRY[_LossyReader.name] = _LossyReader()
+    try:
+        code = ingest(src, "--out", tmp_path / "out", "--format", _LossyReader.name)
+    finally:
+        del REGISTRY[_LossyReader.name]
+    assert code == 1
+    assert "2 input line(s) ended in no rollout" in capsys.readouterr().err
