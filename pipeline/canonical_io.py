@@ -70,8 +70,8 @@ def is_parquet(path: Path) -> bool:
 
 
 # What reading a damaged file raises (a cut gzip or zstd: EOFError; corrupt deflate:
-# zlib.error; bytes that are not zstd: ZstdError).
-UNREADABLE = (OSError, EOFError, ValueError, zlib.error, ZstdError)
+# zlib.error; bytes that are not zstd: OSError).
+UNREADABLE = (OSError, EOFError, ValueError, zlib.error)
 
 
 def is_compressed(path: Path) -> bool:
@@ -91,8 +91,9 @@ def open_text_stream(path: Path) -> IO[bytes]:
 
 
 class _Capped(io.RawIOBase):
-    """A decompressing stream that raises ``OSError`` past ``max_decompressed_bytes``: a
-    few KB of input must not turn into an unbounded amount of work."""
+    """A decompressing stream that raises ``OSError`` past ``max_decompressed_bytes`` (a
+    few KB of input must not turn into an unbounded amount of work) and for bytes that
+    are not zstd."""
 
     def __init__(self, inner):
         self._inner, self._left = inner, limits.current().max_decompressed_bytes
@@ -103,7 +104,10 @@ class _Capped(io.RawIOBase):
     def readinto(self, buffer) -> int:
         # Up to the limit the data is served (the records before it are read), then one
         # more byte means the file is over it.
-        data = self._inner.read(min(len(buffer), self._left) or 1)
+        try:
+            data = self._inner.read(min(len(buffer), self._left) or 1)
+        except ZstdError as exc:  # bytes that are not zstd: an OSError, as gzip raises
+            raise OSError(f"not a valid zstd file: {exc}") from None
         if data and not self._left:
             raise OSError(limits.over("max_decompressed_bytes", "the decompressed data"))
         self._left -= len(data)

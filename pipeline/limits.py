@@ -22,6 +22,7 @@ workers and every task sets them again, so readers need no extra argument.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 MIB = 1 << 20
@@ -83,6 +84,7 @@ def check_depth(obj: object, raw: bytes | None = None) -> None:
     stack = [(obj, 1)]
     while stack:
         value, depth = stack.pop()
+        children: Iterable[object]
         if isinstance(value, dict):
             children = value.values()
         elif isinstance(value, list):
