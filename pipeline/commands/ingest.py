@@ -129,8 +129,10 @@ def _ingest(tasks, args, rewards, stats: _Stats, quarantine) -> Iterator:
         for task in tasks:
             fmt = task.format
             progress.update(bar, file=Path(task.path).name)
+            # A session in several files is read together and accounted for under its
+            # first file: its lines are checked against all its files' lines.
+            path = Path(task.path)
             for record in iter_records(task, reader_options=options):
-                path = Path(record.file or task.path)  # a session's files are read together
                 kind = {ACCEPTED: "accepted", QUARANTINED: "rejected"}.get(record.kind, "skipped")
                 if kind == "accepted":
                     rid = record.rollout.rollout_id
@@ -156,8 +158,7 @@ def _ingest(tasks, args, rewards, stats: _Stats, quarantine) -> Iterator:
                     yield rollout
                 elif kind == "rejected":
                     reject(path, fmt, record.line, record.reason, record.raw)
-            for name in (task.path, *task.paths):
-                stats.check_lines(Path(name), fmt)
+            stats.check_lines([Path(task.path), *map(Path, task.paths)], fmt)
             progress.advance(bar)
 
 
@@ -187,19 +188,20 @@ class _Stats:
                 self.formats[fmt][f"rewrite:{event.reason}"] += 1
         self.formats[fmt]["calls"] += len(rollout.calls())
 
-    def check_lines(self, path: Path, fmt: str) -> None:
-        """For JSONL inputs: every non-blank line must be accounted for."""
+    def check_lines(self, paths: list[Path], fmt: str) -> None:
+        """For JSONL inputs: every non-blank line must be accounted for (the lines of all
+        the files of one session, counted under its first file)."""
+        from pipeline.canonical_io import UNREADABLE, iter_jsonl_lines
         from pipeline.inputs import UNRECOGNISED
 
-        if not path.name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")) or fmt == UNRECOGNISED:
+        jsonl = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+        if fmt == UNRECOGNISED or not all(p.name.endswith(jsonl) for p in paths):
             return
-        from pipeline.canonical_io import UNREADABLE, iter_jsonl_lines
-
         try:
-            lines = sum(1 for _ in iter_jsonl_lines(path))
+            lines = sum(1 for p in paths for _ in iter_jsonl_lines(p))
         except UNREADABLE:
             return
-        self.files[str(path)]["lines"] = lines
+        self.files[str(paths[0])]["lines"] = lines
 
     def unaccounted(self) -> int:
         """Lines of JSONL inputs that no item accounts for (the lines check)."""

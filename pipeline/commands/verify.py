@@ -16,8 +16,8 @@ def audit_build(
     from rich.console import Console
     from rich.table import Table
 
+    from pipeline.atomic import write_json
     from pipeline.verify import VerifyError, verify_build
-    from pipeline.write import write_json
 
     try:
         result = verify_build(out, mode, tokenizer)

@@ -96,14 +96,24 @@ def first_array_item(head: bytes) -> Any:
 
 def is_json_document(head: bytes) -> bool:
     """Whether a file is one JSON document (an array, or an object spread over several
-    lines) rather than JSON Lines: its first non-blank line is not a whole JSON value."""
-    text = head.lstrip()
+    lines) rather than JSON Lines: its first non-blank line is not a whole JSON value,
+    and no later line is a JSON object written from the first column (a JSON Lines file
+    whose first record is cut or garbled stays JSON Lines; a pretty-printed document
+    indents its inner objects)."""
+    text = strip_bom(head).lstrip()
     if text.startswith(b"["):
         return True
+    first, _, rest = text.partition(b"\n")
     try:
-        orjson.loads(text.split(b"\n", 1)[0])
+        orjson.loads(first)
     except orjson.JSONDecodeError:
-        return text.startswith(b"{")
+        return (
+            text.startswith(b"{")
+            and first_json_object(
+                b"\n".join(line for line in rest.split(b"\n") if line.startswith(b"{"))
+            )
+            is None
+        )
     return False
 
 
