@@ -11,7 +11,11 @@ with the same semantics as transformers' chat-template compiler:
 - globals ``raise_exception``, ``strftime_now``, a ``dict`` constructor and a
   ``namespace`` that refuses underscore-prefixed names;
 - the ``{% generation %}…{% endgeneration %}`` tag, rendered as its body (seam computes
-  masks from pieces, not from generation indices).
+  masks from pieces, not from generation indices);
+- bounded values: ``'x' * 10**10``, ``messages * 10**9`` or a huge ``**`` would allocate
+  gigabytes in one expression, so ``*`` and ``**`` results are capped
+  (``MAX_TEMPLATE_VALUE``) and raise ``SecurityError`` past it (Jinja's sandbox already
+  caps ``range``).
 
 ``tests/test_render.py`` renders random conversations with this environment and with
 ``transformers``' ``apply_chat_template`` and requires identical text.
@@ -90,9 +94,43 @@ class _Namespace(jinja2.utils.Namespace):
             )
 
 
+MAX_TEMPLATE_VALUE = 1 << 24  # characters or items one `*` may produce; digits for `**`
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    """The immutable sandbox with ``*`` and ``**`` checked before they allocate."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context, operator, left, right):
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if (
+                    isinstance(seq, (str, list, tuple))
+                    and isinstance(times, int)
+                    and len(seq) * times > MAX_TEMPLATE_VALUE
+                ):
+                    raise jinja2.exceptions.SecurityError(
+                        f"a chat template multiplied a {type(seq).__name__} of {len(seq):,} "
+                        f"by {times:,}: over {MAX_TEMPLATE_VALUE:,} items"
+                    )
+        # The result's bits are about right * log2(left); an int that long is already huge.
+        if (
+            operator == "**"
+            and isinstance(left, int)
+            and isinstance(right, int)
+            and abs(left) > 1
+            and right * abs(left).bit_length() > MAX_TEMPLATE_VALUE
+        ):
+            raise jinja2.exceptions.SecurityError(
+                f"a chat template raised {left} to the power {right:,}: too large"
+            )
+        return super().call_binop(context, operator, left, right)
+
+
 @lru_cache(maxsize=16)
 def compile_chat_template(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(
+    env = _BoundedSandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
     )
     env.filters["tojson"] = _tojson

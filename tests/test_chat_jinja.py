@@ -86,3 +86,24 @@ def test_every_added_feature_renders_like_apply_chat_template():
 def test_the_sandbox_refuses_underscore_names_and_internals(template):
     with pytest.raises(jinja2.exceptions.SecurityError):
         compile_chat_template(template).render(messages=[])
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ 'x' * (10 ** 10) }}",
+        "{{ 10 * 'abc' * (10 ** 9) }}",
+        "{{ messages * (10 ** 9) }}",
+        "{{ (messages | list) * 100000000 }}",
+        "{{ 7 ** (10 ** 9) }}",
+    ],
+)
+def test_a_template_cannot_allocate_without_bound(template):
+    """Each of these would allocate gigabytes (or compute for minutes) in one expression."""
+    with pytest.raises(jinja2.exceptions.SecurityError):
+        compile_chat_template(template).render(messages=[{"role": "user", "content": "hi"}])
+
+
+def test_bounded_arithmetic_still_renders():
+    rendered = compile_chat_template("{{ '=' * 3 }}{{ 2 ** 10 }}{{ [1] * 2 }}").render()
+    assert rendered == "===1024[1, 1]"
