@@ -104,8 +104,9 @@ class _Capped(io.RawIOBase):
     def readinto(self, buffer) -> int:
         # Up to the limit the data is served (the records before it are read), then one
         # more byte means the file is over it.
-        try:
-            data = self._inner.read(min(len(buffer), self._left) or 1)
+        try:  # read1: what one step of decompression gives (read() would drop the data of
+            # the frames before a cut one when it raises)
+            data = self._inner.read1(min(len(buffer), self._left) or 1)
         except ZstdError as exc:  # bytes that are not zstd: an OSError, as gzip raises
             raise OSError(f"not a valid zstd file: {exc}") from None
         if data and not self._left:
@@ -127,7 +128,8 @@ def read_head(path: Path, size: int = 1 << 20) -> bytes:
     got = 0
     try:
         with open_text_stream(path) as fh:
-            while got < size and (piece := fh.read(min(1 << 16, size - got))):
+            # read1: a piece at a time, so the pieces before a damaged spot are kept
+            while got < size and (piece := fh.read1(min(1 << 16, size - got))):
                 pieces.append(piece)
                 got += len(piece)
     except UNREADABLE:

@@ -307,6 +307,12 @@ def test_ids_that_look_like_paths_never_become_paths(tmp_path):
     written = snapshot(tmp_path / "work")
     assert all(name.startswith("out/") for name in written)
     names = {name.removeprefix("out/") for name in written}
-    assert names == {"manifest.json", "README.md", "quarantine.jsonl", *result.shards}
+    assert names == {
+        "manifest.json",
+        "README.md",
+        "quarantine.jsonl",
+        ".seam-written",  # the names seam wrote, for --overwrite
+        *result.shards,
+    }
     assert snapshot(tmp_path) == {**outside, **{f"work/{n}": b for n, b in written.items()}}
     assert [p.exists() for p in reachable] == existed
