@@ -224,3 +224,45 @@ def test_a_logged_prompt_after_an_output_realigned_at_the_message_level_extends_
     assert seg.drift_realigned == 1
     span = seg.spans[1]
     assert seg.tokens[span.start : span.start + span.length].tolist() == sampled
+
+
+def _four_turns(renderer, a2_content: str = "hello world"):
+    from schemas.rollout import Rollout
+
+    def message(mid: str, role: str, content: str) -> dict:
+        return {"type": "message", "id": mid, "role": role, "content": content}
+
+    return Rollout.model_validate(
+        {
+            "rollout_id": "r",
+            "task_id": "t",
+            "source": "hand",
+            "reward": 1.0,
+            "events": [
+                message("s", "system", "S"),
+                message("u1", "user", "Go."),
+                message("a1", "assistant", "Start."),
+                message("u2", "user", "More."),
+                message("a2", "assistant", a2_content),
+                message("u3", "user", "Again."),
+                message("a3", "assistant", "Done."),
+            ],
+        }
+    )
+
+
+def test_a_logged_output_with_the_template_s_own_ids_is_no_drift(renderer):
+    rollout = _four_turns(renderer)
+    rollout.calls()[1].output_ids = renderer.encode("hello world").tolist() + [EOS]
+    (seg,) = Segmenter(renderer).segments(rollout)
+    assert seg.drift_realigned == 0
+
+
+def test_a_logged_output_whose_text_the_history_does_not_show_is_a_seam(renderer):
+    """The engine sampled "goodbye", the rollout's history says "hello world": the next
+    context is not what the model continued from, so it cannot extend the segment."""
+    rollout = _four_turns(renderer)
+    rollout.calls()[1].output_ids = renderer.encode("goodbye").tolist() + [EOS]
+    segments = Segmenter(renderer).segments(rollout)
+    assert [s.seam_kind for s in segments] == ["none", "template"]
+    assert [len(s.spans) for s in segments] == [2, 1]
