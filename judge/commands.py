@@ -33,10 +33,10 @@ def iter_input_sources(
         raise UsageError(str(exc)) from None
     for task in tasks:
         for record in iter_records(task):
-            if record.kind == ACCEPTED:
+            if record.kind == ACCEPTED and record.rollout is not None:
                 yield str(task.path), record.rollout
             elif record.kind == QUARANTINED:
-                rejected[f"{task.path}: {record.reason.split(':')[0]}"] += 1
+                rejected[f"{task.path}: {(record.reason or '').split(':')[0]}"] += 1
 
 
 def _open_out(path: str):

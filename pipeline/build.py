@@ -1,7 +1,8 @@
 """The streaming build: inputs → tasks → part files (in parallel) → shards.
 
-Stages are plain functions (``worker.run_task`` per task, ``write.write_shards`` once);
-this module only plans, locks, resumes and reports. Memory is bounded by one task's
+Stages are plain functions (``worker.run_task`` per task, ``write.write_shards`` once),
+plus an optional ``BuildStage`` (``stage.py``); this module plans the tasks, locks and
+resumes, runs them, publishes the shards and writes the manifest and the card. Memory is bounded by one task's
 rows (a byte range of ``chunk_bytes`` of input) per worker plus one shard.
 
 Output directory lifecycle:
@@ -37,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import active_children, get_all_start_methods, get_context
 from pathlib import Path
+from typing import IO, Any
 
 from pipeline import __version__, limits, out_dir
 from pipeline.atomic import remove_temporaries, write_json
@@ -55,26 +57,28 @@ class BuildError(ValueError):
 
 @dataclass
 class BuildConfig:
-    inputs: list[str]
-    out: str
-    kind: str = "rl"
-    format: str = "auto"
-    tokenizer: str | None = None
-    chat_template: str | None = None
-    use_std: bool = True
+    """One build: what ``seam build-rl`` / ``build-sft`` options say (README, "Command line")."""
+
+    inputs: list[str]  # files, directories or globs (``pipeline/inputs.py``)
+    out: str  # the build directory
+    kind: str = "rl"  # "rl" (an outcome per rollout required) or "sft"
+    format: str = "auto"  # a reader name, "canonical", or "auto" (detected per file)
+    tokenizer: str | None = None  # a tokenizer directory; None: the built-in Qwen2.5 one
+    chat_template: str | None = None  # a shipped template's name; None: the tokenizer's
+    use_std: bool = True  # GRPO: divide by the group's std (False: --no-std)
     std_ddof: int = 0  # 1: the sample std (verl, TRL), 0: the population std
-    mask_summaries: bool = False
-    last_call_only: bool = False
-    drop_truncated: bool = False
-    keep_damaged: bool = False
-    rows_per_shard: int = 1024
-    chunk_bytes: int | None = None  # None: auto_chunk_bytes(inputs)
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
-    overwrite: bool = False
-    progress: bool = True
-    engine: str = "local"
-    ray_address: str | None = None
-    rewards: str | None = None
+    mask_summaries: bool = False  # summary outputs are not trained
+    last_call_only: bool = False  # only the last call of each segment is trained
+    drop_truncated: bool = False  # segments with a truncated output are left out (counted)
+    keep_damaged: bool = False  # damaged rollouts are built and flagged, not quarantined
+    rows_per_shard: int = 1024  # at most this many rows per shard (equal sizes)
+    chunk_bytes: int | None = None  # input bytes per task; None: auto_chunk_bytes(inputs)
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # worker processes
+    overwrite: bool = False  # replace a different build seam wrote in ``out``
+    progress: bool = True  # a progress bar on stderr
+    engine: str = "local"  # "local" worker processes or "ray" (Ray Data)
+    ray_address: str | None = None  # the Ray cluster for engine="ray"; None: start one
+    rewards: str | None = None  # a file of outcomes joined to rollouts (``--rewards``)
     # Optional stage with per-rollout work, extra columns and side outputs
     # (``pipeline/stage.py``; judge/sft.py's SftStage for build-sft); None: plain RL rows.
     stage: BuildStage | None = None
@@ -133,7 +137,6 @@ class BuildResult:
     skipped: Counter
     per_file: dict
     group_of_one: int
-    resumed_tasks: int
     manifest: dict
     up_to_date: bool = False
 
@@ -141,7 +144,7 @@ class BuildResult:
 class OutputLock:
     def __init__(self, out: Path):
         self.path = out / ".lock"
-        self.fh = None
+        self.fh: IO[str] | None = None
 
     def __enter__(self):
         while True:
@@ -177,8 +180,9 @@ class OutputLock:
             shutil.rmtree(self.path.parent / ".parts" / "publish", ignore_errors=True)
         # Unlink while still holding the lock so a finished build leaves no stray file.
         self.path.unlink(missing_ok=True)
-        fcntl.flock(self.fh, fcntl.LOCK_UN)
-        self.fh.close()
+        if self.fh is not None:  # always: __enter__ returns only once it holds the lock
+            fcntl.flock(self.fh, fcntl.LOCK_UN)
+            self.fh.close()
 
 
 def _tokenizer_info(config: BuildConfig) -> dict:
@@ -192,7 +196,7 @@ def _tokenizer_info(config: BuildConfig) -> dict:
         raise BuildError(
             f"the chat template ({config.chat_template or 'of the tokenizer'}) cannot be used: {exc}"
         ) from None
-    info = tokenizer_fingerprint(renderer.tokenizer)
+    info: dict[str, Any] = dict(tokenizer_fingerprint(renderer.tokenizer))
     info["incremental_rendering"] = renderer.incremental
     return info
 
@@ -205,8 +209,9 @@ def _check_out_dir(out: Path, fingerprint: str, overwrite: bool) -> bool:
     if manifest_path.exists():
         try:
             manifest = json.loads(manifest_path.read_text())
-            assert isinstance(manifest, dict)
-        except (ValueError, AssertionError):
+        except ValueError:
+            manifest = None
+        if not isinstance(manifest, dict):
             if not overwrite:
                 raise BuildError(
                     f"{out}/manifest.json is not a seam manifest; choose another --out (or --overwrite)"
@@ -322,8 +327,10 @@ def _run_build(
 ) -> BuildResult:
     from pipeline.progress import task_progress
 
-    if config.chunk_bytes is None:
-        config = dataclasses.replace(config, chunk_bytes=auto_chunk_bytes(files))
+    chunk_bytes = config.chunk_bytes
+    if chunk_bytes is None:
+        chunk_bytes = auto_chunk_bytes(files)
+        config = dataclasses.replace(config, chunk_bytes=chunk_bytes)
     tok_info = _tokenizer_info(config)
     if config.rewards:
         from pipeline.readers.rewards import RewardsError, load_rewards
@@ -346,7 +353,7 @@ def _run_build(
         sort_keys=True,
     )
     fingerprint = hashlib.sha256(fp_source.encode()).hexdigest()
-    tasks = plan_tasks(files, config.format, config.chunk_bytes, walked_files(config.inputs))
+    tasks = plan_tasks(files, config.format, chunk_bytes, walked_files(config.inputs))
     out = Path(config.out)
     make_out_dir(out)
     with OutputLock(out):
@@ -360,7 +367,6 @@ def _run_build(
                 Counter(manifest["skipped"]),
                 manifest["per_file"],
                 manifest["groups_of_one"],
-                0,
                 manifest,
                 up_to_date=True,
             )
@@ -403,9 +409,7 @@ def _run_build(
                 advance(result)
         results = [done[t.index] for t in tasks]
         _check_inputs_unchanged(files, states)
-        return _finalize(
-            config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command
-        )
+        return _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, command)
 
 
 @contextmanager
@@ -470,10 +474,11 @@ def _in_order(pool, tasks: list[Task], wconf: WorkerConfig, feeder: RangeFeeder,
         yield result
 
 
-def _finalize(
-    config, out, tasks, results, tok_info, inputs, fingerprint, resumed, command
-) -> BuildResult:
-    counts, seams, skipped, per_file = Counter(), Counter(), Counter(), {}
+def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, command) -> BuildResult:
+    counts: Counter[str] = Counter()
+    seams: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
+    per_file: dict[str, Any] = {}
     for r in results:
         counts.update(r["counts"])
         seams.update(r["seams"])
@@ -509,9 +514,12 @@ def _finalize(
     shards = list(shard_hashes)
     quarantined = merge_quarantine(config.out, indices, dest=staging, extra=duplicate_entries)
     # A stage may quarantine records that are not rollouts (judge corrections), counted apart.
-    assert quarantined == counts["quarantined"] + counts["corrections_quarantined"], (
-        "quarantine file and counts disagree"
-    )
+    if quarantined != counts["quarantined"] + counts["corrections_quarantined"]:
+        raise RuntimeError(
+            f"quarantine.jsonl holds {quarantined} entries but the tasks counted "
+            f"{counts['quarantined']} rollouts and {counts['corrections_quarantined']} "
+            "corrections: a record would be lost; this is a bug in seam"
+        )
     if config.stage is not None:
         counts.update(config.stage.finalize(config.out, indices, dest=staging))
     for k in ("read", "accepted", "quarantined"):
@@ -541,9 +549,7 @@ def _finalize(
     write_card(out, manifest, extra_fields)
     write_json(out / "manifest.json", manifest)
     shutil.rmtree(out / ".parts", ignore_errors=True)
-    return BuildResult(
-        out, shards, counts, seams, skipped, per_file, group_of_one, resumed, manifest
-    )
+    return BuildResult(out, shards, counts, seams, skipped, per_file, group_of_one, manifest)
 
 
 def _duplicates(

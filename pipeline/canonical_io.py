@@ -129,7 +129,8 @@ def read_head(path: Path, size: int = 1 << 20) -> bytes:
     try:
         with open_text_stream(path) as fh:
             # read1: a piece at a time, so the pieces before a damaged spot are kept
-            while got < size and (piece := fh.read1(min(1 << 16, size - got))):
+            # (every stream open_text_stream returns is buffered, so it has read1)
+            while got < size and (piece := fh.read1(min(1 << 16, size - got))):  # type: ignore[attr-defined]
                 pieces.append(piece)
                 got += len(piece)
     except UNREADABLE:

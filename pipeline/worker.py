@@ -225,6 +225,7 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
             reject(line, record.reason, record.raw, file)
             continue
         rollout = record.rollout
+        assert rollout is not None  # an accepted record carries its rollout
         if rewards is not None:
             from pipeline.readers.rewards import apply_rewards
 

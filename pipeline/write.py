@@ -1,16 +1,22 @@
-"""Finalize a build: group advantages, shards, quarantine, manifest, dataset card.
+"""The end of a build: GRPO advantages over every rollout, the shards, the quarantine.
 
-Part files hold every row except the group-dependent columns. Finalizing takes the tiny
-rollout table (one row per rollout: task, reward) that every task returned with its
-counts, computes GRPO advantages over rollouts (``pipeline/advantage.py``), then cuts
-the parts, in task order, into ``train-XXXXX-of-NNNNN.parquet`` shards of at most
-``rows_per_shard`` rows (equal sizes), written in parallel (``pipeline/atomic.py``) into
-the build's staging directory, which the build publishes once the set is complete. Memory is one shard (and the parts it spans) per writer thread.
+Part files hold every row except the group-dependent columns. Each task returns a small
+group table (one row per rollout with rows: task id, reward, ordinal, rollout and parent
+ids); ``compute_group_stats`` computes the advantages over rollouts (``advantage.py``; a
+rollout and its sub-agents vote once, ``vote_roots``). ``write_shards`` then cuts the
+parts, in task order, into ``train-XXXXX-of-NNNNN.parquet`` shards of at most
+``rows_per_shard`` rows (equal sizes), filling ``advantage`` and ``group_size`` by
+rollout ordinal; they are written in parallel (``atomic.py``) into the build's staging
+directory, which ``build.py`` publishes once the set is complete before it writes the
+dataset card (``card.py``) and the manifest. ``merge_quarantine`` concatenates the tasks'
+quarantine parts in task order. Memory is one shard (and the parts it spans) per writer
+thread.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -241,7 +247,7 @@ def _write_parquet(path: Path, table: pa.Table) -> None:
 
 
 def merge_quarantine(
-    out: str, task_indices: list[int], dest: Path | None = None, extra: list[bytes] = ()
+    out: str, task_indices: list[int], dest: Path | None = None, extra: Sequence[bytes] = ()
 ) -> int:
     """Concatenate the tasks' quarantine parts, in task order, then the ``extra`` entries
     found when finalizing (duplicates), into ``dest/quarantine.jsonl``; returns the number

@@ -135,6 +135,7 @@ def _ingest(tasks, args, rewards, stats: _Stats, quarantine) -> Iterator:
             for record in iter_records(task, reader_options=options):
                 kind = {ACCEPTED: "accepted", QUARANTINED: "rejected"}.get(record.kind, "skipped")
                 if kind == "accepted":
+                    assert record.rollout is not None  # an accepted record carries its rollout
                     rid = record.rollout.rollout_id
                     here = f"{path}:{record.line}" if record.line else str(path)
                     if rid in first_seen:
@@ -148,7 +149,7 @@ def _ingest(tasks, args, rewards, stats: _Stats, quarantine) -> Iterator:
                         first_seen[rid] = here
                 payload = record.reason if kind == "skipped" else record.rollout
                 stats.count(path, fmt, kind, payload, record.records)
-                if kind == "accepted":
+                if kind == "accepted" and record.rollout is not None:
                     rollout = record.rollout
                     if rewards is not None:
                         rollout, key = apply_rewards(rollout, rewards)

@@ -56,7 +56,7 @@ def _records(path: Path) -> Iterator[tuple[int, dict, str | None, str]]:
     for raw in iter_jsonl_lines(path):
         text = raw.data.decode("utf-8", "replace")
         if raw.error:  # over a limit
-            yield raw.line, None, raw.error, text
+            yield raw.line, {}, raw.error, text
             continue
         try:
             obj = orjson.loads(raw.data)
@@ -69,7 +69,7 @@ def _records(path: Path) -> Iterator[tuple[int, dict, str | None, str]]:
         try:
             limits.check_depth(obj, raw.data)
         except limits.DepthError as exc:
-            yield raw.line, None, str(exc), text
+            yield raw.line, {}, str(exc), text
             continue
         yield raw.line, obj, None, text
 
