@@ -120,7 +120,7 @@ class _Capped(io.RawIOBase):
         super().close()
 
 
-def read_head(path: Path, size: int = 1 << 20) -> bytes:
+def read_head(path: Path, size: int = 1 << 16) -> bytes:
     """Up to ``size`` first bytes of a file, decompressed, without a byte order mark: what
     format detection reads (a bounded amount, whatever the file holds). A damaged file
     gives the bytes before the damage, or raises if there are none."""

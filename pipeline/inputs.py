@@ -120,7 +120,7 @@ def looks_canonical(path: Path) -> bool:
     if not path.name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")):
         return False
     try:
-        head = read_head(path)
+        head = read_head(path, 1 << 20)
     except UNREADABLE:
         return False
     first = first_json_object(head)
