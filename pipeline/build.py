@@ -47,7 +47,14 @@ from pipeline.inputs import Task, plan_tasks, resolve_inputs, walked_files
 from pipeline.limits import Limits
 from pipeline.shard_schema import SHARD_SCHEMA_VERSION
 from pipeline.stage import BuildStage
-from pipeline.worker import WorkerConfig, die_with_parent, part_paths, run_task, segmenter_for
+from pipeline.worker import (
+    TaskResult,
+    WorkerConfig,
+    die_with_parent,
+    part_paths,
+    run_task,
+    segmenter_for,
+)
 from pipeline.write import file_sha256, merge_quarantine, write_shards
 
 
@@ -379,13 +386,12 @@ def _run_build(
         _remove_temporaries(out)
         # A task is done when all three of its files are there (a kill while .parts was
         # being removed can leave a marker without its part).
-        done = {
-            t.index: json.loads(part_paths(config.out, t.index)[2].read_text())
+        finished = {
+            t.index: _finished(part_paths(config.out, t.index)[2])
             for t in tasks
             if all(p.exists() for p in part_paths(config.out, t.index))
         }
-        # A part written by an older seam lacks the rollout list duplicates are found by.
-        done = {i: r for i, r in done.items() if "rollouts" in r}
+        done = {i: r for i, r in finished.items() if r is not None}
         resumed = len(done)
         todo = [t for t in tasks if t.index not in done]
         wconf = WorkerConfig(
@@ -405,7 +411,7 @@ def _run_build(
             task_progress(config.progress, len(tasks), resumed) as advance,
         ):
             for result in results_in_order:
-                done[result["task"]] = result
+                done[result.task] = result
                 advance(result)
         results = [done[t.index] for t in tasks]
         _check_inputs_unchanged(files, states)
@@ -474,24 +480,33 @@ def _in_order(pool, tasks: list[Task], wconf: WorkerConfig, feeder: RangeFeeder,
         yield result
 
 
+def _finished(marker: Path) -> TaskResult | None:
+    """A finished task's result from its marker; None for a marker an older seam wrote
+    (without the rollout list duplicates are found by): that task runs again."""
+    try:
+        return TaskResult.from_json(marker.read_text())
+    except TypeError:
+        return None
+
+
 def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, command) -> BuildResult:
     counts: Counter[str] = Counter()
     seams: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
     per_file: dict[str, Any] = {}
     for r in results:
-        counts.update(r["counts"])
-        seams.update(r["seams"])
-        skipped.update(r["skipped"])
+        counts.update(r.counts)
+        seams.update(r.seams)
+        skipped.update(r.skipped)
         f = per_file.setdefault(
-            r["file"],
-            {"format": r["format"], "read": 0, "accepted": 0, "quarantined": 0, "skipped": 0},
+            r.file,
+            {"format": r.format, "read": 0, "accepted": 0, "quarantined": 0, "skipped": 0},
         )
         for k in ("read", "accepted", "quarantined"):
-            f[k] += r["counts"].get(k, 0)
-        f["skipped"] += sum(r["skipped"].values())
-        if r.get("session_files"):  # one session's files, read together: counted here
-            f["session_files"] = r["session_files"]
+            f[k] += r.counts.get(k, 0)
+        f["skipped"] += sum(r.skipped.values())
+        if r.session_files:  # one session's files, read together: counted here
+            f["session_files"] = r.session_files
     excluded, duplicate_entries = _duplicates(results, counts, seams, per_file)
     indices = [t.index for t in tasks]
     extra_fields = config.stage.extra_fields if config.stage is not None else []
@@ -553,7 +568,7 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, comman
 
 
 def _duplicates(
-    results: list[dict], counts: Counter, seams: Counter, per_file: dict
+    results: list[TaskResult], counts: Counter, seams: Counter, per_file: dict
 ) -> tuple[dict[int, set[int]], list[bytes]]:
     """Rollouts whose id was accepted before (in input order): the first is kept, every
     later copy is quarantined (it would join its GRPO group twice and skew the group's
@@ -564,22 +579,22 @@ def _duplicates(
     excluded: dict[int, set[int]] = {}
     entries: list[bytes] = []
     for r in results:
-        for ordinal, (rid, file, line, own, own_seams) in enumerate(r["rollouts"]):
+        for ordinal, (rid, file, line, own, own_seams) in enumerate(r.rollouts):
             here = f"{file}:{line}" if line is not None else file
             if rid not in first:
                 first[rid] = here
                 continue
-            excluded.setdefault(r["task"], set()).add(ordinal)
+            excluded.setdefault(r.task, set()).add(ordinal)
             counts.subtract(own)
             counts["quarantined"] += 1
             seams.subtract(own_seams)
-            per_file[r["file"]]["accepted"] -= 1
-            per_file[r["file"]]["quarantined"] += 1
+            per_file[r.file]["accepted"] -= 1
+            per_file[r.file]["quarantined"] += 1
             reason = (
                 f"duplicate rollout_id {rid!r}: first at {first[rid]}, again at {here} "
                 "(the first is kept)"
             )
-            entry = {"file": file, "line": line, "format": r["format"], "reason": reason}
+            entry = {"file": file, "line": line, "format": r.format, "reason": reason}
             entries.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
     for counter in (counts, seams):  # what only the copies had is gone, as if never read
         for key in [k for k, v in counter.items() if v == 0 and k not in zero_before[id(counter)]]:

@@ -12,14 +12,13 @@ node can write (a shared filesystem).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import asdict
 
 import pyarrow as pa
 
 from pipeline.inputs import Task
-from pipeline.worker import WorkerConfig, run_task
+from pipeline.worker import TaskResult, WorkerConfig, run_task
 
 TASK_SCHEMA = pa.schema(
     [
@@ -57,7 +56,7 @@ class TaskRunner:
                 tuple(row["paths"] or ()),
             )
             indices.append(task.index)
-            results.append(json.dumps(run_task(task, self.config), sort_keys=True))
+            results.append(run_task(task, self.config).to_json())
         return pa.table(
             [pa.array(indices, pa.int64()), pa.array(results, pa.string())], schema=RESULT_SCHEMA
         )
@@ -65,7 +64,7 @@ class TaskRunner:
 
 def run_tasks_on_ray(
     tasks: list[Task], config: WorkerConfig, address: str | None, workers: int
-) -> Iterator[dict]:
+) -> Iterator[TaskResult]:
     import logging
 
     import ray
@@ -100,4 +99,4 @@ def run_tasks_on_ray(
     )
     for batch in results.iter_batches(batch_format="pyarrow", batch_size=None):
         for result in batch.column("result").to_pylist():  # type: ignore[union-attr]  # a pyarrow.Table: batch_format="pyarrow"
-            yield json.loads(result)
+            yield TaskResult.from_json(result)

@@ -13,6 +13,7 @@ format and a reason), so ``read = accepted + quarantined`` holds per task.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -151,7 +152,37 @@ def rewards_for(path: str) -> dict:
     return _REWARDS[path]
 
 
-def run_task(task: Task, config: WorkerConfig, data: bytes | None = None) -> dict:
+@dataclass
+class TaskResult:
+    """What one task reports to the build, and its completion marker (``to_json``).
+
+    ``counts``/``skipped``/``seams`` add up into the manifest; ``groups`` is the table
+    the GRPO advantages are computed from (``group_table``); ``rollouts`` lists every
+    accepted rollout by ordinal — ``[rollout id, file, line, its counts, its seams]`` —
+    so the build can take a duplicate back out when it finalizes.
+    """
+
+    task: int  # the task's index in the plan
+    file: str
+    format: str
+    rows: int  # rows in the task's part file
+    counts: dict[str, int]
+    skipped: dict[str, int]
+    seams: dict[str, int]
+    groups: dict[str, list]
+    rollouts: list[list]
+    session_files: list[str] | None = None  # a session's other files, read with this one
+
+    def to_json(self) -> str:
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return json.dumps(fields, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskResult:
+        return cls(**json.loads(text))
+
+
+def run_task(task: Task, config: WorkerConfig, data: bytes | None = None) -> TaskResult:
     """Process one task and write its part files; returns the task's counts. ``data``:
     the task's bytes, when the build read them for it (``RangeFeeder``).
 
@@ -183,7 +214,7 @@ def _on_helper_thread(fn, *args):
     return box["result"]
 
 
-def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
+def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResult:
     part_path, quarantine_path, marker = part_paths(config.out, task.index)
     segmenter = segmenter_for(config)
     rewards = rewards_for(config.rewards) if config.rewards else None
@@ -305,20 +336,20 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> dict:
     table = batch.to_table()
     atomic_write(part_path, lambda tmp: feather.write_feather(table, tmp, compression="zstd"))
     write_bytes(quarantine_path, b"".join(quarantine_lines))
-    result = {
-        "task": task.index,
-        "file": task.path,
-        "format": task.format,
-        "rows": batch.num_rows,
-        "counts": dict(stats),
-        "skipped": dict(skipped),
-        "seams": dict(seams),
-        "groups": group_table(table, rowless),
-        "rollouts": accepted,
-    }
-    if task.paths:  # the session's other files, read with this one (counted under it)
-        result["session_files"] = list(task.paths)
-    write_text(marker, json.dumps(result, sort_keys=True))
+    result = TaskResult(
+        task=task.index,
+        file=task.path,
+        format=task.format,
+        rows=batch.num_rows,
+        counts=dict(stats),
+        skipped=dict(skipped),
+        seams=dict(seams),
+        groups=group_table(table, rowless),
+        rollouts=accepted,
+        # The session's other files, read with this one (counted under it).
+        session_files=list(task.paths) if task.paths else None,
+    )
+    write_text(marker, result.to_json())
     return result
 
 

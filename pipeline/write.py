@@ -29,13 +29,13 @@ from pipeline.advantage import group_advantages
 from pipeline.atomic import atomic_write
 from pipeline.rows import ROLLOUT_ORDINAL
 from pipeline.shard_schema import SHARD_SCHEMA, dictionary_columns
-from pipeline.worker import part_paths
+from pipeline.worker import TaskResult, part_paths
 
 SHARD_PATTERN = "train-{index:05d}-of-{total:05d}.parquet"
 
 
 def compute_group_stats(
-    results: list[dict],
+    results: Sequence[TaskResult],
     use_std: bool,
     ddof: int = 0,
     excluded: dict[int, set[int]] | None = None,
@@ -43,7 +43,7 @@ def compute_group_stats(
     """Per task: (advantage, group_size) indexed by rollout ordinal; and how many task
     groups hold a single rollout (advantage 0, reported in the summary).
 
-    ``results`` are the tasks' results, each with its ``groups`` table (task id, reward,
+    ``results`` are the tasks' results (``worker.TaskResult``), each with its ``groups`` table (task id, reward,
     ordinal of every rollout that has rows; ``worker.group_table``); ``excluded``: the
     ordinals, per task, of rollouts left out of the shards and their groups (duplicates)."""
     excluded = excluded or {}
@@ -53,8 +53,8 @@ def compute_group_stats(
     ids: list[str | None] = []
     parents: list[str | None] = []
     for r in results:
-        groups = r["groups"]
-        left_out = excluded.get(r["task"], set())
+        groups = r.groups
+        left_out = excluded.get(r.task, set())
         # Parts written before sub-agents were linked carry no ids: every rollout votes.
         n = len(groups["task_id"])
         for key, reward, o, rid, parent in zip(
@@ -68,7 +68,7 @@ def compute_group_stats(
                 continue
             keys.append(key)
             rewards.append(np.nan if reward is None else reward)
-            owners.append((r["task"], o))
+            owners.append((r.task, o))
             ids.append(rid)
             parents.append(parent)
     result: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -144,7 +144,7 @@ def plan_shards(
 
 def write_shards(
     out: str,
-    results: list[dict],
+    results: list[TaskResult],
     rows_per_shard: int,
     use_std: bool,
     extra_fields=(),
@@ -168,8 +168,8 @@ def write_shards(
     stats, groups_of_one = compute_group_stats(results, use_std, std_ddof, excluded)
     rows = [
         (
-            r["task"],
-            r["rows"] - sum(r["rollouts"][o][3]["segments"] for o in excluded.get(r["task"], ())),
+            r.task,
+            r.rows - sum(r.rollouts[o][3]["segments"] for o in excluded.get(r.task, ())),
         )
         for r in results
     ]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from pipeline.advantage import group_advantages
 from pipeline.build import BuildConfig, run_build
 from pipeline.canonical_io import rollout_to_json
+from pipeline.worker import TaskResult
 from pipeline.write import compute_group_stats
 from tests.test_segments_hand_checked import three_call_rollout
 
@@ -43,10 +44,9 @@ def test_a_session_with_two_sub_agents_in_a_group_of_two_gets_plus_and_minus_one
     assert result.group_of_one == 0
 
 
-def _stats(tasks: list[dict]) -> dict:
-    return compute_group_stats(
-        [{"task": i, "groups": g} for i, g in enumerate(tasks)], use_std=True
-    )
+def _stats(tasks: list[dict]) -> tuple:
+    results = [TaskResult(i, "f", "canonical", 0, {}, {}, {}, g, []) for i, g in enumerate(tasks)]
+    return compute_group_stats(results, use_std=True)
 
 
 @settings(max_examples=60, deadline=None)
