@@ -14,16 +14,20 @@ from pipeline.errors import UsageError
 from schemas.rollout import Rollout
 
 
-def iter_input_rollouts(specs: list[str], fmt: str, rejected: Counter) -> Iterator[Rollout]:
+def iter_input_rollouts(
+    specs: list[str], fmt: str, rejected: Counter, group_by: str | None = None
+) -> Iterator[Rollout]:
     """Valid rollouts of the inputs, in input order; invalid records are counted by reason
     (the builds quarantine them; judging and auditing only need to say how many)."""
-    return (rollout for _path, rollout in iter_input_sources(specs, fmt, rejected))
+    return (rollout for _path, rollout in iter_input_sources(specs, fmt, rejected, group_by))
 
 
 def iter_input_sources(
-    specs: list[str], fmt: str, rejected: Counter
+    specs: list[str], fmt: str, rejected: Counter, group_by: str | None = None
 ) -> Iterator[tuple[str, Rollout]]:
-    """``(file path, rollout)`` for every valid rollout of the inputs, in input order."""
+    """``(file path, rollout)`` for every valid rollout of the inputs, in input order, read
+    by ``pipeline.intake`` as the builds read them (``group_by``: as ``--group-by``; the
+    limits in force: ``pipeline.limits``)."""
     from pipeline.inputs import InputError, plan_tasks, resolve_inputs
     from pipeline.intake import ACCEPTED, QUARANTINED, iter_records
 
@@ -31,12 +35,21 @@ def iter_input_sources(
         tasks = plan_tasks(resolve_inputs(specs), fmt, split=False)
     except InputError as exc:
         raise UsageError(str(exc)) from None
+    options = {"group_by": group_by} if group_by else {}
     for task in tasks:
-        for record in iter_records(task):
+        for record in iter_records(task, reader_options=options):
             if record.kind == ACCEPTED and record.rollout is not None:
                 yield str(task.path), record.rollout
             elif record.kind == QUARANTINED:
                 rejected[f"{task.path}: {(record.reason or '').split(':')[0]}"] += 1
+
+
+def _use_limits(args) -> None:
+    """The input limits of the command line, as the builds and ``seam ingest`` apply them."""
+    from pipeline import limits
+    from pipeline.commands.build_rl import limits_from_args
+
+    limits.use(limits_from_args(args))
 
 
 def _open_out(path: str):
@@ -65,9 +78,10 @@ def run_judge(args) -> int:
 
     rejected: Counter = Counter()
     console = Console(stderr=True)
+    _use_limits(args)
     if args.eval:
         return _run_eval(args, rejected)
-    rollouts = iter_input_rollouts(args.inputs, args.format, rejected)
+    rollouts = iter_input_rollouts(args.inputs, args.format, rejected, args.group_by)
     checks = _checks(args.checks)
     if args.llm:
         findings, failures, usage = _llm_findings(args, rollouts)
@@ -127,7 +141,8 @@ def _run_eval(args, rejected: Counter) -> int:
         labels = load_labels(args.eval)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    result = evaluate(labels, list(iter_input_sources(args.inputs, args.format, rejected)))
+    sources = iter_input_sources(args.inputs, args.format, rejected, args.group_by)
+    result = evaluate(labels, list(sources))
     rows = {check: score.as_dict() for check, score in result.scores.items()}
     if args.json:
         print(
@@ -239,6 +254,7 @@ def run_audit(args) -> int:
 
     from judge.audit import aggregate, audit_rollout, audit_table
 
+    _use_limits(args)
     target = Path(args.inputs[0])
     if len(args.inputs) == 1 and (target / "manifest.json").exists():
         records = _audits_from_shards(target)
@@ -247,7 +263,7 @@ def run_audit(args) -> int:
 
         rejected: Counter = Counter()
         records = []
-        for rollout in iter_input_rollouts(args.inputs, args.format, rejected):
+        for rollout in iter_input_rollouts(args.inputs, args.format, rejected, args.group_by):
             if damage(rollout) and not args.keep_damaged:  # as the builds quarantine it
                 rejected[f"{rollout.rollout_id}: damaged log (--keep-damaged audits it)"] += 1
                 continue
@@ -449,3 +465,7 @@ def _add_input_arguments(p, metavar: str = "INPUT") -> None:
         default="auto",
         help="Input format: auto (detect per file), canonical, or a reader name.",
     )
+    from pipeline.commands.build_rl import add_group_by_argument, add_limit_arguments
+
+    add_group_by_argument(p)
+    add_limit_arguments(p)

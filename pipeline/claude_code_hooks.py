@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shlex
 import shutil
@@ -29,6 +28,8 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+
+from pipeline import atomic
 
 HOOK_EVENTS = ("PreCompact", "PostCompact")
 POST_COMPACT_SINCE = (2, 1, 76)  # the first Claude Code release with a PostCompact hook
@@ -102,9 +103,7 @@ def install(settings_path: Path, command: str, events: tuple[str, ...]) -> dict[
         status[event] = "updated" if replaced else "added"
     if any(s != "unchanged" for s in status.values()):
         settings_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = settings_path.with_name(f".{settings_path.name}.seam-{os.getpid()}")
-        tmp.write_text(json.dumps(settings, indent=2) + "\n")
-        os.replace(tmp, settings_path)
+        atomic.write_text(settings_path, json.dumps(settings, indent=2) + "\n")
     return status
 
 

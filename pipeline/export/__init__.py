@@ -5,17 +5,17 @@ Parquet with agent-loop token fields), ``slime`` (``Sample`` dicts, JSON lines, 
 ``rollout_0.pt`` that slime's ``--load-debug-rollout-data`` loads). ``max_length`` leaves
 out rows longer than it, counted (rows, trainable tokens) in ``export.json``, the README
 and the command's output, next to what each common cutoff would keep
-(``lengths.py``). Shards
-are converted one at a time (memory: one shard), in build order, and written under a
-temporary name, then renamed. ``export.json`` (written last) names the source build and
-the files, so a rerun with ``overwrite`` removes exactly what an earlier export wrote.
+(``lengths.py``). Shards are converted one at a time (memory: one shard), in build order,
+and written atomically (``pipeline.atomic``: a temporary name, then renamed).
+``export.json`` (written last) names the source build and the files, so a rerun with
+``overwrite`` removes exactly what an earlier export wrote.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline import atomic
 from pipeline.card import card_header
 from pipeline.export import lengths, slime, trl, verl
 
@@ -187,9 +188,8 @@ def _write_parquet(
             table = verl.verl_table(shard, decoder, index)
         index += shard.num_rows
         schema = table.schema
-        tmp = out / f".{shard_path.name}.tmp{os.getpid()}"
-        pq.write_table(table, tmp, compression="zstd", row_group_size=256)
-        os.replace(tmp, out / shard_path.name)
+        write = partial(pq.write_table, table, compression="zstd", row_group_size=256)
+        atomic.atomic_write(out / shard_path.name, write)
         files.append(shard_path.name)
     return files, schema
 
@@ -201,23 +201,25 @@ def _write_slime(shards: list[Path], out: Path, max_length) -> list[str]:
     import torch
 
     name, pt = "samples.jsonl", "rollout_0.pt"
-    tmp = out / f".{name}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        writer = slime.SampleWriter(fh)
-        for shard_path in shards:
-            writer.write(_within(pq.read_table(shard_path), max_length))
-    samples = [json.loads(line) for line in tmp.read_text(encoding="utf-8").splitlines()]
-    tmp_pt = out / f".{pt}.tmp{os.getpid()}"
-    torch.save({"rollout_id": 0, "samples": samples}, tmp_pt)
-    os.replace(tmp, out / name)
-    os.replace(tmp_pt, out / pt)
+    samples: list[dict] = []
+
+    def write_samples(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            writer = slime.SampleWriter(fh)
+            for shard_path in shards:
+                writer.write(_within(pq.read_table(shard_path), max_length))
+        samples.extend(json.loads(line) for line in Path(tmp).read_text("utf-8").splitlines())
+        # rollout_0.pt is published before samples.jsonl, so neither appears without the other's data
+        atomic.atomic_write(
+            out / pt, lambda tmp_pt: torch.save({"rollout_id": 0, "samples": samples}, tmp_pt)
+        )
+
+    atomic.atomic_write(out / name, write_samples)
     return [name, pt]
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
 
 
 LOADING = {

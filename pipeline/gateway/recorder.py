@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from pipeline import atomic
+
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 
 
@@ -103,9 +105,10 @@ class Recorder:
         self.manifest["token_ids"] = (
             "none yet" if not calls else "all" if ids == calls else "none" if not ids else "some"
         )
-        tmp = self.out / f".gateway.json.tmp{os.getpid()}"
-        tmp.write_text(json.dumps(self.manifest, indent=2) + "\n")
-        os.replace(tmp, self.out / "gateway.json")
+        # rewritten after every call: no fsync, as before (a crash keeps the previous one)
+        atomic.write_text(
+            self.out / "gateway.json", json.dumps(self.manifest, indent=2) + "\n", fsync=False
+        )
 
     def session_lock(self, rollout_id: str) -> asyncio.Lock:
         """Calls of one session are recorded in the order they complete, one at a time."""

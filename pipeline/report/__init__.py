@@ -9,9 +9,9 @@ appear only for SFT builds, whose shards carry those columns.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from pipeline import atomic
 from pipeline.fidelity import COUNT_PREFIX
 from pipeline.report.figures import FIGURES, png_bytes
 from pipeline.report.page import Plot, ResultTable, render_page
@@ -88,7 +88,5 @@ def write_report(build_dir: str | Path, html_path: str | Path) -> list[Plot]:
     """Write the page to ``html_path`` atomically (its folder must exist); returns its plots."""
     html, plots = build_report(build_dir)
     path = Path(html_path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(html, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_text(path, html)
     return plots
