@@ -18,7 +18,7 @@ records the same way. What is isolated here too:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,18 +46,25 @@ class Record:
 
 
 def iter_records(
-    task: Task, data: bytes | None = None, reader_options: dict | None = None
+    task: Task,
+    data: bytes | None = None,
+    reader_options: dict | None = None,
+    keep: Callable[[bytes], bool] | None = None,
 ) -> Iterator[Record]:
     """The records of one task, in file order. ``data``: the task's bytes when the build
     fed them (a range of a compressed file); ``reader_options``: options for raw-format
-    readers (``--group-by``)."""
+    readers (``--group-by``); ``keep``: a cheap test of a canonical record's raw bytes,
+    records it rejects are passed over unparsed and unreported (``seam verify`` reads only
+    the rollouts of its sample)."""
     if task.format == CANONICAL:
-        yield from _canonical(task, data)
+        yield from _canonical(task, data, keep)
     else:
         yield from _raw(task, reader_options or {})
 
 
-def _canonical(task: Task, data: bytes | None) -> Iterator[Record]:
+def _canonical(
+    task: Task, data: bytes | None, keep: Callable[[bytes], bool] | None
+) -> Iterator[Record]:
     path = Path(task.path)
     try:
         groups = None if task.end is None else range(task.start, task.end)
@@ -67,6 +74,8 @@ def _canonical(task: Task, data: bytes | None) -> Iterator[Record]:
             else iter_jsonl_lines(path, task.start, task.end, task.first_line, data)
         )
         for raw in records:
+            if keep is not None and not raw.error and not keep(raw.data):
+                continue
             excerpt = raw.data[:RAW_EXCERPT_LIMIT].decode("utf-8", "replace")
             if raw.error:
                 yield Record(QUARANTINED, raw.line, reason=raw.error, raw=excerpt)

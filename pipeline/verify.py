@@ -43,6 +43,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline import limits
+from pipeline.limits import Limits
 from pipeline.render import ChatRenderer, TemplateError, template_message
 from schemas.replay import CallView, replay
 from schemas.rollout import Rollout
@@ -292,41 +294,37 @@ def _read_inputs(manifest: dict, wanted: set[str]) -> Iterator[Rollout]:
         if file_sha256(path) != entry["sha256"]:
             raise VerifyError(f"input {path} changed since the build (sha256 differs); rebuild")
         paths.append(path)
-    yield from iter_input_rollouts(paths, manifest.get("config", {}).get("format", "auto"), wanted)
+    config = manifest.get("config", {})
+    # read as the build read them: its record limits and its --group-by
+    limits.use(Limits(**config["limits"]) if "limits" in config else Limits())
+    yield from iter_input_rollouts(
+        paths, config.get("format", "auto"), wanted, config.get("group_by")
+    )
 
 
 def iter_input_rollouts(
-    paths: list[Path], fmt: str = "auto", wanted: set[str] | None = None
+    paths: list[Path],
+    fmt: str = "auto",
+    wanted: set[str] | None = None,
+    group_by: str | None = None,
 ) -> Iterator[Rollout]:
-    """The valid rollouts of input files (any reader), in input order; only those with an
-    id in ``wanted`` when given (canonical records of other ids are not even parsed)."""
-    from pipeline.canonical_io import iter_jsonl_lines, iter_parquet_records, parse_rollout
-    from pipeline.inputs import CANONICAL, UNRECOGNISED, plan_tasks
+    """The valid rollouts of input files (any reader, through ``pipeline.intake``), in
+    input order; only those with an id in ``wanted`` when given (canonical records of
+    other ids are not even parsed)."""
+    from pipeline.inputs import UNRECOGNISED, plan_tasks
     from pipeline.intake import iter_records
 
+    keep = None if wanted is None else (lambda data: _names_one_of(data, wanted))
+    options = {"group_by": group_by} if group_by else {}
     # Planned as the build planned them: the files of one session are one task (one
     # rollout per session); whole files (no ranges); a stray file is the build's quarantine.
     for task in plan_tasks(list(paths), fmt, 1 << 62, walked=frozenset(paths)):
-        path = Path(task.path)
         if task.format == UNRECOGNISED:
             continue
-        if task.format == CANONICAL:
-            records = (
-                iter_parquet_records(path) if path.suffix == ".parquet" else iter_jsonl_lines(path)
-            )
-            for raw in records:
-                if wanted is None or _names_one_of(raw.data, wanted):
-                    try:
-                        rollout = parse_rollout(raw.data)
-                    except ValueError:
-                        continue  # quarantined by the build
-                    if wanted is None or rollout.rollout_id in wanted:
-                        yield rollout
-        else:
-            for record in iter_records(task):
-                read = record.rollout
-                if read is not None and (wanted is None or read.rollout_id in wanted):
-                    yield read
+        for record in iter_records(task, reader_options=options, keep=keep):
+            read = record.rollout  # quarantined and skipped records: the build's counts
+            if read is not None and (wanted is None or read.rollout_id in wanted):
+                yield read
 
 
 # A "rollout_id" key and its JSON string value (a parent_rollout_id never matches: the

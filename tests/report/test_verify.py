@@ -169,3 +169,42 @@ def test_per_rollout_counts_are_printed_on_request(rl_build, tmp_path, capsys):
     assert main(["verify", str(copy), "--per-rollout"]) == 0
     out = capsys.readouterr().out
     assert "per rollout" in out and re.search(r"a2\s+│\s+3\s+│\s+5\s+│", out), out
+
+
+def test_verify_reads_a_chat_completions_log_grouped_as_the_build_grouped_it(tmp_path, capsys):
+    from tests.readers.util import fixture
+
+    out = tmp_path / "out"
+    log = fixture("chat_completions", "gateway_log.jsonl")
+    rewards = tmp_path / "rewards.jsonl"
+    rewards.write_text('{"rollout_id": "qwen3-8b", "reward": 1}\n')
+    argv = ["build-rl", str(log), "--out", str(out), "--group-by", "request.model"]
+    argv += ["--rewards", str(rewards)]
+    assert main([*argv, "--workers", "1", "--no-progress", "--verify", "none"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 0
+    recorded = json.loads((out / "manifest.json").read_text())["verify"]
+    assert recorded["ok"] and recorded["totals"]["rollouts"] == 1  # the rollout "qwen3-8b"
+
+
+def test_verify_reads_the_inputs_under_the_limits_the_build_used(
+    rl_build, tmp_path, capsys, monkeypatch
+):
+    from pipeline import limits
+
+    monkeypatch.setattr(limits, "_current", limits.current())  # verify sets the build's limits
+    lines = (rl_build.parent / "in.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    deep: dict = {}
+    for _ in range(150):  # deeper than the default --max-depth (100), within the build's 300
+        deep = {"d": deep}
+    lines[0] = json.dumps({**first, "meta": deep})
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    argv = ["build-rl", str(source), "--out", str(out), "--max-depth", "300"]
+    assert main([*argv, "--workers", "1", "--no-progress", "--verify", "none"]) == 0
+    capsys.readouterr()
+    limits.use(limits.Limits())  # as in a new process: `seam verify` run later
+    assert main(["verify", str(out)]) == 0
+    assert "verified 6 rollout(s)" in capsys.readouterr().out  # the deep one among them

@@ -142,3 +142,20 @@ def test_decompressed_size_and_message_size_limits_name_themselves(tmp_path):
     _, accepted, quarantined = _read(path)
     assert len(accepted) + len(quarantined) == 40 and quarantined
     assert all("max_message_bytes" in reason for _, reason in quarantined)
+
+
+def test_keep_passes_over_the_canonical_records_it_rejects_unparsed(tmp_path):
+    rng = random.Random(7)
+    path = tmp_path / "in.jsonl"
+    records = [line(good_record(rng, f"r{i}", "t")) for i in range(3)]
+    path.write_bytes(b"\n".join([records[0], b"{not json", records[1], records[2]]) + b"\n")
+    seen: list[bytes] = []
+
+    def keep(data: bytes) -> bool:
+        seen.append(data)
+        return b'"r1"' in data
+
+    read = list(iter_records(Task(0, str(path), "canonical"), keep=keep))
+    assert [(r.kind, r.line) for r in read] == [(ACCEPTED, 3)]
+    assert [r.rollout.rollout_id for r in read if r.rollout] == ["r1"]
+    assert len(seen) == 4  # every line was offered to ``keep``, the rejected ones never parsed
