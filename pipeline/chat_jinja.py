@@ -15,7 +15,12 @@ with the same semantics as transformers' chat-template compiler:
 - bounded values: ``'x' * 10**10``, ``messages * 10**9`` or a huge ``**`` would allocate
   gigabytes in one expression, so ``*`` and ``**`` results are capped
   (``MAX_TEMPLATE_VALUE``) and raise ``SecurityError`` past it (Jinja's sandbox already
-  caps ``range``).
+  caps ``range``); so are values stored in a ``namespace``, the only state a loop can
+  carry, so a string doubled with ``~`` or ``+`` in a loop stops at the cap;
+- bounded renders (``render_bounded``): one render may run ``MAX_RENDER_SECONDS`` and
+  write ``MAX_RENDERED_CHARS``; the sandbox's attribute, item, call and operator hooks
+  count steps and check the clock, so a template stuck in nested loops fails with
+  ``SecurityError`` instead of stalling a worker.
 
 ``tests/test_render.py`` renders random conversations with this environment and with
 ``transformers``' ``apply_chat_template`` and requires identical text.
@@ -24,6 +29,8 @@ with the same semantics as transformers' chat-template compiler:
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import datetime
 from functools import lru_cache
 
@@ -83,6 +90,7 @@ class _Namespace(jinja2.utils.Namespace):
         jinja2.utils.Namespace.__init__(self, attrs)
 
     def __setitem__(self, name, value):
+        _check_size(value, "a namespace value")
         _Namespace._check(name)
         jinja2.utils.Namespace.__setitem__(self, name, value)
 
@@ -95,6 +103,50 @@ class _Namespace(jinja2.utils.Namespace):
 
 
 MAX_TEMPLATE_VALUE = 1 << 24  # characters or items one `*` may produce; digits for `**`
+MAX_RENDER_SECONDS = 120.0  # one render of one context (a long context renders in < 1 s)
+MAX_RENDERED_CHARS = 1 << 28  # text one render may write
+_CLOCK_EVERY = 256  # sandbox steps between clock checks
+_budget = threading.local()  # the deadline of the render running on this thread
+_steps = [0]
+
+
+def _check_size(value, what: str) -> None:
+    if isinstance(value, (str, list, tuple)) and len(value) > MAX_TEMPLATE_VALUE:
+        raise jinja2.exceptions.SecurityError(
+            f"a chat template built {what} of {len(value):,} items: over {MAX_TEMPLATE_VALUE:,}"
+        )
+
+
+def _tick() -> None:
+    # A process-wide count (cheap; exactness does not matter), a per-thread deadline.
+    _steps[0] += 1
+    if _steps[0] % _CLOCK_EVERY == 0:
+        _check_clock()
+
+
+def _check_clock() -> None:
+    if time.monotonic() > getattr(_budget, "deadline", float("inf")):
+        raise jinja2.exceptions.SecurityError(
+            f"a chat template ran for over {MAX_RENDER_SECONDS:g} s in one render"
+        )
+
+
+def render_bounded(template: jinja2.Template, **variables) -> str:
+    """``template.render(**variables)`` within ``MAX_RENDER_SECONDS`` and ``MAX_RENDERED_CHARS``."""
+    _budget.deadline = time.monotonic() + MAX_RENDER_SECONDS
+    try:
+        parts, size = [], 0
+        for part in template.generate(**variables):
+            size += len(part)
+            if size > MAX_RENDERED_CHARS:
+                raise jinja2.exceptions.SecurityError(
+                    f"a chat template wrote over {MAX_RENDERED_CHARS:,} characters in one render"
+                )
+            _tick()
+            parts.append(part)
+        return "".join(parts)
+    finally:
+        _budget.deadline = float("inf")
 
 
 class _BoundedSandbox(ImmutableSandboxedEnvironment):
@@ -102,7 +154,20 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
 
     intercepted_binops = frozenset({"*", "**"})
 
+    def getattr(self, obj, attribute):
+        _tick()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj, argument):
+        _tick()
+        return super().getitem(obj, argument)
+
+    def call(__self, __context, __obj, *args, **kwargs):  # Jinja's own signature
+        _tick()
+        return super().call(__context, __obj, *args, **kwargs)
+
     def call_binop(self, context, operator, left, right):
+        _tick()
         if operator == "*":
             for seq, times in ((left, right), (right, left)):
                 if (

@@ -116,8 +116,11 @@ class ChatRenderer:
     def render(
         self, messages: Sequence[dict], tools: list | None, add_generation_prompt: bool
     ) -> str:
+        from pipeline.chat_jinja import render_bounded
+
         try:
-            return self.template.render(
+            return render_bounded(
+                self.template,
                 messages=list(messages),
                 tools=tools or None,
                 add_generation_prompt=add_generation_prompt,
