@@ -47,7 +47,7 @@ $(TRAINERS)/.installed: pyproject.toml
 	test -x $(TRAINERS)/bin/python || $(PYTHON) -m venv $(TRAINERS)
 	$(TRAINERS)/bin/pip install -q --upgrade pip
 	$(TRAINERS)/bin/pip install -q torch==2.13.0
-	$(TRAINERS)/bin/pip install -q '.[trainers,dev]'
+	$(TRAINERS)/bin/pip install -q '.[trainers]' 'pytest>=8' 'hypothesis>=6.100'
 	touch $@
 
 test-trainers: $(TRAINERS)/.installed
