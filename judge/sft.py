@@ -12,7 +12,7 @@ in. Per rollout, inside the build's workers (``TaskStage``):
    add a summary call before each harness-inserted summary whose history is complete
    (``synthesize.py``; counted as ``synthesized_summary_calls``);
 3. after segmenting and masking (the same rows as RL), drop over-length segments and
-   add the SFT columns: ``messages``, ``corrections``, ``summary_audit``;
+   add the SFT columns: ``messages``, ``corrections``, ``summary_audit``, ``tools``;
 4. collect one preference pair per attached correction: the call's context (what the
    policy saw), ``chosen`` = the executed replacement, ``rejected`` = the original.
 
@@ -77,6 +77,12 @@ SFT_COLUMNS: list[tuple[str, pa.DataType, str]] = [
         pa.list_(SUMMARY_AUDIT),
         "Audit of each summary written in this segment (judge/audit.py).",
     ),
+    (
+        "tools",
+        pa.string(),
+        "JSON list of the rollout's tool schemas (OpenAI style) that the chat template rendered "
+        "into input_ids: apply_chat_template(messages, tools=json.loads(tools)) re-renders the row.",
+    ),
 ]
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 PAIR_SCHEMA = pa.schema(
@@ -91,6 +97,7 @@ PAIR_SCHEMA = pa.schema(
         ("prompt", pa.list_(_MESSAGE)),
         ("chosen", pa.list_(_MESSAGE)),
         ("rejected", pa.list_(_MESSAGE)),
+        ("tools", pa.string()),
     ]
 )
 
@@ -218,7 +225,13 @@ class TaskStage:
             by_call.setdefault(c.call_index, []).append(
                 c.model_dump(mode="json", exclude={"rollout_id"})
             )
-        values: dict[str, list] = {"messages": [], "corrections": [], "summary_audit": []}
+        tools = json.dumps(rollout.tools, ensure_ascii=False)
+        values: dict[str, list] = {
+            "messages": [],
+            "corrections": [],
+            "summary_audit": [],
+            "tools": [tools] * len(segments),
+        }
         for at, masked in enumerate(segments):
             spans = masked.segment.spans
             trained_ids = {
@@ -308,6 +321,8 @@ def _pairs(rollout: Rollout, views) -> list[dict]:
                 "prompt": prompt,
                 "chosen": [{"role": "assistant", "content": c.replacement}],
                 "rejected": [{"role": "assistant", "content": c.original}],
+                # TRL's DPOTrainer renders the prompt with this column's tools (JSON string).
+                "tools": json.dumps(rollout.tools, ensure_ascii=False),
             }
         )
     return rows
@@ -340,7 +355,8 @@ def _write_pairs(directory: Path, table: pa.Table) -> None:
         "",
         f"{table.num_rows} pairs, one per judge correction: `prompt` is the context the policy saw at the "
         "corrected call, `chosen` the executed replacement, `rejected` the original proposal. "
-        "Columns map directly onto TRL's DPOTrainer (`prompt`, `chosen`, `rejected`, conversational format).",
+        "Columns map directly onto TRL's DPOTrainer (`prompt`, `chosen`, `rejected`, conversational format; "
+        "`tools`, the rollout's tool schemas as JSON, which TRL renders into the prompt).",
         "",
     ]
     _atomic(directory / "README.md", lambda tmp: Path(tmp).write_text("\n".join(card)))

@@ -69,7 +69,7 @@ def register_build_sft(sub) -> None:
         "build-sft",
         help="Build SFT shards: corrected trajectories, filters, audit columns, preference pairs.",
         description="The RL build's segment rows (input_ids, loss_mask, call_spans, ...) plus the SFT columns "
-        "messages, corrections and summary_audit, after attaching judge corrections (embedded in the "
+        "messages, corrections, summary_audit and tools, after attaching judge corrections (embedded in the "
         "rollouts or from --corrections) and filtering; also writes OUT/pairs/ with one preference "
         "pair per correction (prompt, chosen = executed replacement, rejected = original proposal). "
         "Corrections that do not fit their rollout and filtered rollouts go to quarantine.jsonl with "

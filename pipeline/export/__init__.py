@@ -228,7 +228,9 @@ LOADING = {
         "sft",
     ): '`SFTTrainer(model, train_dataset=load_dataset("parquet", data_dir=OUT, split="train"))`: '
     "the dataset has `input_ids`, so TRL uses it as tokenized; its collator sets labels to -100 where "
-    "`assistant_masks` (and, with completion_only_loss, `completion_mask`) is 0.",
+    "`assistant_masks` (and, with completion_only_loss, `completion_mask`) is 0. The chat template "
+    "is already applied (the tool list included), so no `tools` column is needed; to let TRL template "
+    "itself, use the SFT build's `messages` and `tools` columns (docs/sft.md).",
     (
         "trl",
         "grpo",
@@ -241,7 +243,8 @@ LOADING = {
     ): "`data.train_files` = these Parquet files (RLHFDataset columns `data_source`, `prompt`, `ability`, "
     "`reward_model`, `extra_info`); an agent loop that replays recorded segments returns "
     "`AgentLoopOutput(prompt_ids=..., response_ids=..., response_mask=..., response_logprobs=..., "
-    "reward_score=..., num_turns=...)` from the row's columns.",
+    "reward_score=..., num_turns=...)` from the row's columns. `prompt` is decoded from the "
+    "rendered prompt tokens: its system turn already holds the tool list as the template wrote it.",
     (
         "slime",
         None,

@@ -10,6 +10,7 @@ and ``ReplayGRPOTrainer`` trains two steps.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 import numpy as np
@@ -180,8 +181,8 @@ def test_dpo_trainer_trains_two_steps_on_the_pairs_config(tiny_model, sft_build,
     (TRL's default of 1,024 tokens would cut most prompts of real pairs)."""
     from trl import DPOConfig, DPOTrainer
 
-    pairs = datasets.load_dataset(str(sft_build), "pairs", split="train")
-    pairs = pairs.select_columns(["prompt", "chosen", "rejected"])
+    full = datasets.load_dataset(str(sft_build), "pairs", split="train")
+    pairs = full.select_columns(["prompt", "chosen", "rejected", "tools"])
     args = DPOConfig(
         output_dir=str(tmp_path / "run"),
         max_length=None,
@@ -194,5 +195,10 @@ def test_dpo_trainer_trains_two_steps_on_the_pairs_config(tiny_model, sft_build,
         save_strategy="no",
     )
     trainer = DPOTrainer(model=str(tiny_model), train_dataset=pairs, args=args)
+    # TRL renders the prompt with the row's tools (the JSON string column), as the policy saw it.
+    prompt = trainer.processing_class.decode(trainer.train_dataset[0]["prompt_ids"])
+    tools = json.loads(full[0]["tools"])
+    assert tools and "<tools>" in prompt
+    assert all(json.dumps(t, ensure_ascii=False) in prompt for t in tools)
     result = trainer.train()
     assert result.global_step == 2 and np.isfinite(result.training_loss)
