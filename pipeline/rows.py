@@ -56,6 +56,22 @@ def rollout_reward(rollout: Rollout) -> float:
     )
 
 
+def call_span_rows(masked: MaskedSegment) -> list[dict]:
+    """The ``call_spans`` column of one segment: where each call's output lies, and whether
+    it is trained."""
+    return [
+        {
+            "call_index": s.call_index,
+            "kind": s.kind,
+            "start": s.start,
+            "length": s.length,
+            "trained": t,
+            "truncated": s.truncated,
+        }
+        for s, t in zip(masked.segment.spans, masked.trained)
+    ]
+
+
 def masked_segments(
     rollout: Rollout, segmenter: Segmenter, options: RowOptions
 ) -> tuple[list[MaskedSegment], int]:
@@ -120,19 +136,7 @@ class RowBatch:
             c["rollout_trainable_tokens"].append(sum(n_s))
             c["loss_weight_per_rollout"].append(1.0 / len(segments))
             c["num_calls"].append(len(seg.spans))
-            c["call_spans"].append(
-                [
-                    {
-                        "call_index": s.call_index,
-                        "kind": s.kind,
-                        "start": s.start,
-                        "length": s.length,
-                        "trained": t,
-                        "truncated": s.truncated,
-                    }
-                    for s, t in zip(seg.spans, m.trained)
-                ]
-            )
+            c["call_spans"].append(call_span_rows(m))
             c["num_compactions"].append(compactions)
             c["num_context_edits"].append(edits)
             c["seam_kind"].append(seg.seam_kind)

@@ -28,26 +28,27 @@ class DialectError(ValueError):
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 
 
-def _text_of(content: Any, where: str) -> str:
-    """Plain text of an Anthropic content value (a string or a list of text blocks)."""
+_ANTHROPIC_TEXT = ("text",)
+_RESPONSES_TEXT = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+
+
+def _joined_text(content: Any, where: str, kinds: tuple[str, ...] = _ANTHROPIC_TEXT) -> str:
+    """Plain text of a content value: a string, or a list of text parts of ``kinds``."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise DialectError(f"{where}: content must be a string or a list of blocks")
+        raise DialectError(f"{where}: content must be a string or a list of parts")
     parts = []
-    for block in content:
-        if not isinstance(block, dict):
-            raise DialectError(f"{where}: a content block is not an object")
-        kind = block.get("type")
-        if kind == "text":
-            parts.append(str(block.get("text", "")))
-        else:
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in kinds:
             raise DialectError(
-                f"{where}: content block type {kind!r} is not supported by the gateway "
-                "(text, tool_use, tool_result and thinking are)"
+                f"{where}: content part type {kind!r} is not supported by the gateway "
+                f"(text parts are: {', '.join(kinds)})"
             )
+        parts.append(str(part.get("text", "")))
     return "".join(parts)
 
 
@@ -58,13 +59,13 @@ def anthropic_to_openai(body: dict) -> dict:
     messages: list[dict] = []
     system = body.get("system")
     if system:
-        messages.append({"role": "system", "content": _text_of(system, "system")})
+        messages.append({"role": "system", "content": _joined_text(system, "system")})
     for i, msg in enumerate(body["messages"]):
         if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant", "system"):
             raise DialectError(f"messages[{i}]: role must be 'user', 'assistant' or 'system'")
         if msg["role"] == "system":  # newer Claude Code sends system notes between turns
             messages.append(
-                {"role": "system", "content": _text_of(msg.get("content"), f"messages[{i}]")}
+                {"role": "system", "content": _joined_text(msg.get("content"), f"messages[{i}]")}
             )
             continue
         messages.extend(_anthropic_message(msg, f"messages[{i}]"))
@@ -137,7 +138,7 @@ def _anthropic_message(msg: dict, where: str) -> list[dict]:
     for block in content:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "tool_result":
-            body = _text_of(block.get("content"), f"{where} tool_result")
+            body = _joined_text(block.get("content"), f"{where} tool_result")
             if block.get("is_error"):
                 body = body or "error"
             results.append(
@@ -308,24 +309,6 @@ _RESPONSES_ROLES = {"user": "user", "assistant": "assistant", "system": "system"
 _RESPONSES_ROLES["developer"] = "system"
 
 
-def _responses_text(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise DialectError(f"{where}: content must be a string or a list of parts")
-    parts = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
-            parts.append(str(part.get("text", "")))
-        else:
-            raise DialectError(
-                f"{where}: content part type {kind!r} is not supported by the gateway "
-                "(input_text and output_text are)"
-            )
-    return "".join(parts)
-
-
 def responses_to_openai(body: dict) -> dict:
     """An OpenAI Responses request (Codex) as the equivalent chat-completions request."""
     messages: list[dict] = []
@@ -348,14 +331,14 @@ def responses_to_openai(body: dict) -> dict:
                 raise DialectError(f"{where}: role {item.get('role')!r} is not supported")
             msg: dict[str, Any] = {
                 "role": role,
-                "content": _responses_text(item.get("content"), where),
+                "content": _joined_text(item.get("content"), where, _RESPONSES_TEXT),
             }
             if role == "assistant" and reasoning:
                 msg["reasoning_content"], reasoning = "".join(reasoning), []
             messages.append(msg)
         elif kind == "reasoning":
             summary = item.get("content") or item.get("summary") or []
-            reasoning.append(_responses_text(summary, where))
+            reasoning.append(_joined_text(summary, where, _RESPONSES_TEXT))
         elif kind in ("function_call", "custom_tool_call"):
             arguments = item.get("arguments") if kind == "function_call" else item.get("input")
             call = {
@@ -379,7 +362,7 @@ def responses_to_openai(body: dict) -> dict:
                     "tool_call_id": item.get("call_id", ""),
                     "content": output
                     if isinstance(output, str)
-                    else _responses_text(output, where),
+                    else _joined_text(output, where, _RESPONSES_TEXT),
                 }
             )
         else:

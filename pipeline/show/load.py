@@ -136,7 +136,7 @@ def view_of_rollout(
     """Segment and mask one rollout as a build would (advantage 0: no group here)."""
     from pipeline.advantage import trainable_tokens_after
     from pipeline.fidelity import segment_fidelity
-    from pipeline.rows import RowOptions, masked_segments
+    from pipeline.rows import RowOptions, call_span_rows, masked_segments
     from pipeline.worker import segmenter_with
 
     segmenter = segmenter_with(tokenizer, chat_template)
@@ -154,17 +154,7 @@ def view_of_rollout(
                 "segment_index": i,
                 "input_ids": seg.tokens,
                 "loss_mask": m.loss_mask,
-                "call_spans": [
-                    {
-                        "call_index": s.call_index,
-                        "kind": s.kind,
-                        "start": s.start,
-                        "length": s.length,
-                        "trained": t,
-                        "truncated": s.truncated,
-                    }
-                    for s, t in zip(seg.spans, m.trained)
-                ],
+                "call_spans": call_span_rows(m),
                 "seam_kind": seg.seam_kind,
                 "seam_trigger": seg.seam_trigger,
                 "drift_realigned": seg.drift_realigned,

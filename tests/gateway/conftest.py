@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("aiohttp")
 
 from tests.gateway.model_server import ModelServer
+from tests.gateway.serving import ThreadedApp
 
 
 @pytest.fixture(scope="session")
@@ -40,37 +39,17 @@ class RunningGateway:
         self.gateway = Gateway(
             GatewayConfig(upstream=upstream, **config), self.recorder, judge_factory
         )
-        ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
-        self._thread.start()
-        assert ready.wait(30), "gateway did not start"
-
-    def _run(self, ready):
-        from aiohttp import web
-
-        async def main():
-            runner = web.AppRunner(self.gateway.app(), access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-            self._stop = asyncio.Event()
-            ready.set()
-            await self._stop.wait()
-            await runner.cleanup()
-
-        self._loop = asyncio.new_event_loop()
-        self._loop.run_until_complete(main())
+        self._served = ThreadedApp(self.gateway.app())
+        self.url = self._served.url
 
     def base(self, task: str, rollout: str) -> str:
         return f"{self.url}/s/{task}/{rollout}"
 
     def stop(self):
-        if not self._thread.is_alive():
-            return
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-        self.recorder.close()
+        if self.recorder is not None:  # a test may stop it before the fixture does
+            self._served.stop()
+            self.recorder.close()
+            self.recorder = None
 
 
 @pytest.fixture

@@ -15,10 +15,8 @@ vLLM's hermes parser returns them. Every completion is kept in ``produced``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import threading
 import time
 import uuid
 from collections import deque
@@ -26,6 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 from aiohttp import web
+
+from tests.gateway.serving import ThreadedApp
 
 WORDS = [" alpha", " beta", " gamma", " delta", " river", " stone", " cloud", " green"]
 WINDOW = 256
@@ -60,33 +60,15 @@ class ModelServer:
         self.allowed = [self.tokenizer.encode(w)[0] for w in WORDS]
         assert all(len(self.tokenizer.encode(w)) == 1 for w in WORDS)
         self.eot = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
-        self._thread.start()
-        ready.wait(30)
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._served = ThreadedApp(app)
+        self.url = self._served.url + "/v1"
         return self
 
     def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    def _run(self, ready: threading.Event) -> None:
-        async def main():
-            app = web.Application()
-            app.router.add_post("/v1/chat/completions", self._chat)
-            app.router.add_get("/v1/models", self._models)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            self.url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-            self._stop = asyncio.Event()
-            ready.set()
-            await self._stop.wait()
-            await runner.cleanup()
-
-        self._loop = asyncio.new_event_loop()
-        self._loop.run_until_complete(main())
+        self._served.stop()
 
     async def _models(self, request):
         return web.json_response({"object": "list", "data": [{"id": "tiny", "object": "model"}]})

@@ -3,12 +3,12 @@ seam, the Judge in the loop, rewards, and crash safety."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -17,39 +17,14 @@ import pytest
 import requests
 from aiohttp import web
 
-from pipeline.build import BuildConfig, run_build
+from tests.gateway.builds import build_collection, rewards_file, rows_of, trained_ids
+from tests.gateway.serving import ThreadedApp
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 
 SYSTEM = "You are a coding agent."
 SUMMARY_PROMPT = "Your task is to create a detailed summary of the conversation so far."
-
-
-def _build(tmp_path: Path, collect: Path, name="rl", **options):
-    out = tmp_path / name
-    result = run_build(
-        BuildConfig(
-            inputs=[str(collect / "calls")],
-            out=str(out),
-            progress=False,
-            workers=1,
-            **options,
-        )
-    )
-    return out, result
-
-
-def _rows(out: Path) -> list[dict]:
-    return (
-        duckdb.sql(f"SELECT * FROM '{out}/train-*.parquet' ORDER BY rollout_id, segment_index")
-        .pl()
-        .to_dicts()
-    )
-
-
-def _trained_ids(row: dict) -> list[int]:
-    return [t for t, m in zip(row["input_ids"], row["loss_mask"]) if m]
 
 
 def _chat(client, messages, **kw):
@@ -98,18 +73,18 @@ def test_openai_session_is_recorded_token_exact_and_its_compaction_is_a_seam(
     manifest = json.loads((gw.out / "gateway.json").read_text())
     assert manifest["calls"] == 4 and manifest["token_ids"] == "all"
 
-    out, result = _build(tmp_path, gw.out, rewards=str(gw.out / "rewards.jsonl"))
+    out, result = build_collection(tmp_path, gw.out, rewards=str(gw.out / "rewards.jsonl"))
     assert result.counts["accepted"] == 1 and result.counts["quarantined"] == 0
-    rows = _rows(out)
+    rows = rows_of(out)
     assert [r["seam_kind"] for r in rows] == ["none", "compaction"]
     assert [r["reward"] for r in rows] == [1.0, 1.0] and rows[0]["task_id"] == "task-1"
     produced = model_server.produced
     # Segment 1 trains exactly the three sampled outputs; segment 2 the fourth.
     assert (
-        _trained_ids(rows[0])
+        trained_ids(rows[0])
         == produced[0].output_ids + produced[1].output_ids + produced[2].output_ids
     )
-    assert _trained_ids(rows[1]) == produced[3].output_ids
+    assert trained_ids(rows[1]) == produced[3].output_ids
     assert rows[1]["input_ids"] == produced[3].prompt_ids + produced[3].output_ids
 
 
@@ -189,17 +164,11 @@ def test_anthropic_client_with_tools_streaming_and_not(tmp_path, model_server, s
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool"]
     assert sent[3] == {"role": "tool", "tool_call_id": use.id, "content": "1 failed"}
 
-    out, result = _build(tmp_path, gw.out, rewards=_rewards(tmp_path, "claude"))
-    rows = _rows(out)
+    out, result = build_collection(tmp_path, gw.out, rewards=rewards_file(tmp_path, "claude"))
+    rows = rows_of(out)
     assert len(rows) == 1 and rows[0]["num_calls"] == 2
     produced = model_server.produced
-    assert _trained_ids(rows[0]) == produced[0].output_ids + produced[1].output_ids
-
-
-def _rewards(tmp_path: Path, *rollouts: str) -> str:
-    path = tmp_path / "rewards.jsonl"
-    path.write_text("".join(json.dumps({"rollout_id": r, "reward": 1.0}) + "\n" for r in rollouts))
-    return str(path)
+    assert trained_ids(rows[0]) == produced[0].output_ids + produced[1].output_ids
 
 
 def test_an_engine_without_token_ids_is_recorded_as_text_and_the_manifest_says_so(
@@ -216,7 +185,7 @@ def test_an_engine_without_token_ids_is_recorded_as_text_and_the_manifest_says_s
         manifest = json.loads((gw.out / "gateway.json").read_text())
         assert manifest["token_ids"] == "none"
         assert manifest["token_id_params"] == "rejected by the upstream"
-        out, result = _build(tmp_path, gw.out, rewards=_rewards(tmp_path, "text"))
+        out, result = build_collection(tmp_path, gw.out, rewards=rewards_file(tmp_path, "text"))
         assert result.counts["accepted"] == 1
     finally:
         server.stop()
@@ -227,49 +196,31 @@ class _Judge:
 
     def __init__(self, mode: str):
         self.mode, self.seen = mode, []
-        ready = threading.Event()
-        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
-        ready.wait(10)
+        app = web.Application()
+        app.router.add_post("/judge", self._handle)
+        self.url = ThreadedApp(app).url + "/judge"
 
-    def _run(self, ready):
-        import asyncio
-
-        async def handle(request):
-            body = await request.json()
-            self.seen.append(body)
-            if self.mode == "slow":
-                await asyncio.sleep(3)
-            if self.mode == "broken":
-                return web.Response(status=500, text="boom")
-            kinds = [
-                e.get("kind") for e in body["rollout"]["events"] if e.get("role") == "assistant"
-            ]
-            if kinds[body["call_index"]] != "summary":
-                return web.json_response({"correction": None})
-            return web.json_response(
-                {
-                    "correction": {
-                        "type": "state",
-                        "verdict": "omission",
-                        "replacement": "Summary: tests in tests/test_x.py fail; next: fix parse().",
-                        "rationale": "the summary dropped the failing test",
-                        "judge_model": "test-judge",
-                    }
+    async def _handle(self, request):
+        body = await request.json()
+        self.seen.append(body)
+        if self.mode == "slow":
+            await asyncio.sleep(3)
+        if self.mode == "broken":
+            return web.Response(status=500, text="boom")
+        kinds = [e.get("kind") for e in body["rollout"]["events"] if e.get("role") == "assistant"]
+        if kinds[body["call_index"]] != "summary":
+            return web.json_response({"correction": None})
+        return web.json_response(
+            {
+                "correction": {
+                    "type": "state",
+                    "verdict": "omission",
+                    "replacement": "Summary: tests in tests/test_x.py fail; next: fix parse().",
+                    "rationale": "the summary dropped the failing test",
+                    "judge_model": "test-judge",
                 }
-            )
-
-        async def main():
-            app = web.Application()
-            app.router.add_post("/judge", handle)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            self.url = f"http://127.0.0.1:{runner.addresses[0][1]}/judge"
-            ready.set()
-            await asyncio.Event().wait()
-
-        asyncio.new_event_loop().run_until_complete(main())
+            }
+        )
 
 
 def test_the_judge_replaces_a_summary_before_the_harness_sees_it(
@@ -300,17 +251,13 @@ def test_the_judge_replaces_a_summary_before_the_harness_sees_it(
     assert calls[2]["response"]["choices"][0]["message"]["content"] == replacement
     assert calls[2]["seam"]["correction"]["original_response"]["choices"][0]["token_ids"]
 
-    out = tmp_path / "sft"
-    result = run_build(
-        BuildConfig(
-            inputs=[str(gw.out / "calls")],
-            out=str(out),
-            progress=False,
-            workers=1,
-            kind="sft",
-            rewards=_rewards(tmp_path, "judged"),
-            stage=SftStage(str(gw.out / "corrections.jsonl"), FilterOptions()),
-        )
+    out, result = build_collection(
+        tmp_path,
+        gw.out,
+        name="sft",
+        kind="sft",
+        rewards=rewards_file(tmp_path, "judged"),
+        stage=SftStage(str(gw.out / "corrections.jsonl"), FilterOptions()),
     )
     assert result.counts["accepted"] == 1
     attached = duckdb.sql(
@@ -407,11 +354,11 @@ def test_kill_9_loses_no_completed_call(tmp_path, model_server):
     # A call cut mid-write by the kill: one torn line at the end of the log.
     with open(out / "calls" / "crash.jsonl", "a") as fh:
         fh.write('{"session_id": "crash", "request": {"messa')
-    built, result = _build(tmp_path, out, rewards=_rewards(tmp_path, "crash"))
+    built, result = build_collection(tmp_path, out, rewards=rewards_file(tmp_path, "crash"))
     assert result.counts["accepted"] == 1 and result.counts["quarantined"] == 1
-    rows = _rows(built)
+    rows = rows_of(built)
     assert sum(r["num_calls"] for r in rows) == 3
-    trained = [t for r in rows for t in _trained_ids(r)]
+    trained = [t for r in rows for t in trained_ids(r)]
     assert trained == [t for p in model_server.produced for t in p.output_ids]
 
 
@@ -427,8 +374,8 @@ def test_a_restarted_gateway_continues_its_sessions(tmp_path, model_server, star
     _chat(client, history)
     calls = [json.loads(x) for x in (second.out / "calls" / "long.jsonl").read_text().splitlines()]
     assert [c["seam"]["extends_previous"] for c in calls] == [None, True]
-    out, result = _build(tmp_path, second.out, rewards=_rewards(tmp_path, "long"))
-    rows = _rows(out)
+    out, result = build_collection(tmp_path, second.out, rewards=rewards_file(tmp_path, "long"))
+    rows = rows_of(out)
     assert len(rows) == 1 and rows[0]["num_calls"] == 2
 
 
@@ -478,11 +425,11 @@ def test_responses_api_client_with_function_calls_streaming_and_not(
         "assistant",
         "tool",
     ]
-    out, result = _build(tmp_path, gw.out, rewards=_rewards(tmp_path, "codex"))
-    rows = _rows(out)
+    out, result = build_collection(tmp_path, gw.out, rewards=rewards_file(tmp_path, "codex"))
+    rows = rows_of(out)
     assert len(rows) == 1
     produced = model_server.produced
-    assert _trained_ids(rows[0]) == produced[0].output_ids + produced[1].output_ids
+    assert trained_ids(rows[0]) == produced[0].output_ids + produced[1].output_ids
 
 
 def test_responses_items_the_gateway_cannot_translate_are_refused_with_the_reason(

@@ -7,7 +7,6 @@ import json
 import os
 from pathlib import Path
 
-import duckdb
 import pytest
 
 # litellm fetches a price list from the network on import unless told not to.
@@ -15,7 +14,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 minisweagent = pytest.importorskip("minisweagent")
 yaml = pytest.importorskip("yaml")
 
-from pipeline.build import BuildConfig, run_build  # noqa: E402
+from tests.gateway.builds import build_collection, rewards_file, rows_of, trained_ids  # noqa: E402
 
 
 def _call(command: str) -> str:
@@ -53,24 +52,11 @@ def test_mini_swe_agent_session_through_the_gateway_trains_exactly_the_sampled_i
     tool_outputs = [m["content"] for m in agent.messages if m.get("role") == "tool"]
     assert any("bug.py" in t for t in tool_outputs) and any("hello" in t for t in tool_outputs)
 
-    rewards = tmp_path / "rewards.jsonl"
-    rewards.write_text(json.dumps({"rollout_id": "mini-1", "reward": 1.0}) + "\n")
-    out = tmp_path / "rl"
-    result = run_build(
-        BuildConfig(
-            inputs=[str(gw.out / "calls")],
-            out=str(out),
-            rewards=str(rewards),
-            progress=False,
-            workers=1,
-        )
-    )
+    out, result = build_collection(tmp_path, gw.out, rewards=rewards_file(tmp_path, "mini-1"))
     assert result.counts["accepted"] == 1
-    rows = (
-        duckdb.sql(f"SELECT * FROM '{out}/train-*.parquet' ORDER BY segment_index").pl().to_dicts()
-    )
+    rows = rows_of(out)
     assert len(rows) == 1 and rows[0]["task_id"] == "swe-task" and rows[0]["num_calls"] == 3
-    trained = [t for t, m in zip(rows[0]["input_ids"], rows[0]["loss_mask"]) if m]
+    trained = trained_ids(rows[0])
     assert trained == [t for p in model_server.produced for t in p.output_ids]
     # The tool outputs the harness sent are context the model saw, never trained.
     last = model_server.produced[-1]
@@ -132,22 +118,9 @@ def test_claude_code_through_the_gateway_tool_use_and_compaction_become_a_seam(
     assert calls[2]["seam"]["extends_previous"] is False
     assert calls[3]["seam"]["extends_previous"] is False
 
-    rewards = tmp_path / "rewards.jsonl"
-    rewards.write_text(json.dumps({"rollout_id": "cc-1", "reward": 1.0}) + "\n")
-    out = tmp_path / "rl"
-    result = run_build(
-        BuildConfig(
-            inputs=[str(gw.out / "calls")],
-            out=str(out),
-            rewards=str(rewards),
-            progress=False,
-            workers=1,
-        )
-    )
+    out, result = build_collection(tmp_path, gw.out, rewards=rewards_file(tmp_path, "cc-1"))
     assert result.counts["accepted"] == 1
-    rows = (
-        duckdb.sql(f"SELECT * FROM '{out}/train-*.parquet' ORDER BY segment_index").pl().to_dicts()
-    )
+    rows = rows_of(out)
     assert [r["seam_kind"] for r in rows] == ["none", "edit", "compaction"]
-    trained = [t for r in rows for t, m in zip(r["input_ids"], r["loss_mask"]) if m]
+    trained = [t for r in rows for t in trained_ids(r)]
     assert trained == [t for p in model_server.produced for t in p.output_ids]
