@@ -176,6 +176,35 @@ def test_sft_trainer_trains_two_steps_on_the_exact_tokens(tiny_model, sft_build,
     assert result.global_step == 2 and np.isfinite(result.training_loss)
 
 
+def test_sft_trainer_trains_two_steps_on_the_build_as_docs_show_it(tiny_model, sft_build, tmp_path):
+    """docs/sft.md's first snippet, literally: the SFT build directory itself (its card's
+    default config), ``loss_mask`` renamed to ``assistant_masks``, ``max_length=None``."""
+    from trl import SFTConfig, SFTTrainer
+
+    ds = datasets.load_dataset(str(sft_build), split="train")
+    ds = ds.rename_column("loss_mask", "assistant_masks").select_columns(
+        ["input_ids", "assistant_masks"]
+    )
+    rows = shard_rows(sft_build)
+    assert len(ds) == len(rows)
+    args = SFTConfig(
+        output_dir=str(tmp_path / "run"),
+        max_length=None,
+        per_device_train_batch_size=2,
+        max_steps=2,
+        learning_rate=1e-3,
+        use_cpu=True,
+        report_to=[],
+        bf16=False,
+        save_strategy="no",
+    )
+    trainer = SFTTrainer(model=str(tiny_model), train_dataset=ds, args=args)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(ds))])
+    assert int((batch["labels"] != -100).sum()) == sum(sum(r["loss_mask"]) for r in rows)
+    result = trainer.train()
+    assert result.global_step == 2 and np.isfinite(result.training_loss)
+
+
 def test_dpo_trainer_trains_two_steps_on_the_pairs_config(tiny_model, sft_build, tmp_path):
     """As docs/sft.md shows it: ``load_dataset(DIR, "pairs")`` and ``max_length=None``
     (TRL's default of 1,024 tokens would cut most prompts of real pairs)."""
