@@ -4,16 +4,13 @@ CI installs it in a virtualenv of its own, see ``.ci/run``).
 - verl's ``get_custom_reward_fn`` loads ``pipeline/export/verl_reward.py``, its
   ``NaiveRewardManager`` places the score, and its ``compute_gae_advantage_return``
   carries the reward to every trainable token, truncated calls included.
-- verl's ``compute_policy_loss_vanilla`` → ``agg_loss`` with ``token-mean``, given the
-  global ``batch_num_tokens`` that verl 0.9's default engine worker computes once per
-  mini-batch (``workers/engine/fsdp/transformer_impl.py``, ``forward_backward_batch``),
-  gives each rollout a gradient share equal to its token share, one segment per
-  micro-batch; without it (``batch_num_tokens=None``: a per-micro-batch mean) it does not.
+
+The actor update (two steps) and the gradient shares of rollouts split into 1 and 4
+segments are in ``test_with_verl_rl.py``.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +22,8 @@ torch = pytest.importorskip("torch")
 import datasets  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl import DataProto  # noqa: E402
-from verl.trainer.ppo.core_algos import compute_gae_advantage_return, get_policy_loss_fn  # noqa: E402
+from verl.trainer.ppo.core_algos import compute_gae_advantage_return  # noqa: E402
 from verl.trainer.ppo.reward import get_custom_reward_fn  # noqa: E402
-from verl.workers.config import FSDPActorConfig  # noqa: E402
 from verl.workers.reward_manager.naive import NaiveRewardManager  # noqa: E402
 
 import pipeline.export.verl_reward  # noqa: E402
@@ -131,58 +127,6 @@ def test_the_recorded_reward_reaches_every_trainable_token_in_verls_gae(
         trained = mask[i].bool()
         assert int(trained.sum()) == sum(r["response_mask"]) > 0
         torch.testing.assert_close(returns[i][trained], torch.ones(int(trained.sum())))
-
-
-def actor_config(mini_batch: int) -> dict:
-    return dict(
-        strategy="fsdp", ppo_micro_batch_size_per_gpu=1, ppo_mini_batch_size=mini_batch, rollout_n=1
-    )
-
-
-def shares(rows, batch_num_tokens):
-    """Gradient share of each rollout under verl's vanilla policy loss, one segment per
-    micro-batch: with advantages 1 at ratio 1, d loss / d log π_t is minus the token's
-    weight, read from autograd."""
-    config = FSDPActorConfig(**actor_config(len(rows)))
-    config.global_batch_info.update(
-        dp_size=1, batch_num_tokens=batch_num_tokens, global_batch_size=len(rows)
-    )
-    loss_fn = get_policy_loss_fn("vanilla")
-    weight = defaultdict(float)
-    for r in rows:
-        mask = torch.tensor([r["response_mask"]], dtype=torch.float32)
-        log_prob = torch.zeros_like(mask, requires_grad=True)
-        loss, _ = loss_fn(
-            old_log_prob=torch.zeros_like(mask),
-            log_prob=log_prob,
-            advantages=torch.ones_like(mask),
-            response_mask=mask.bool(),
-            loss_agg_mode=config.loss_agg_mode,
-            config=config,
-        )
-        loss.backward()
-        weight[r["extra_info"]["rollout_id"]] += -float(log_prob.grad.sum())
-    total = sum(weight.values())
-    return {k: v / total for k, v in weight.items()}
-
-
-def test_token_mean_with_the_engines_global_token_count_is_token_level(rl_build, tmp_path):
-    out = tmp_path / "verl"
-    export_build(rl_build, "verl", out)
-    # a0 has 1 segment, a2 has 3: one mini-batch of 4 rows, 4 micro-batches of 1.
-    rows = [r for r in load(out) if r["extra_info"]["rollout_id"] in ("a0", "a2")]
-    assert len(rows) == 4
-    tokens = defaultdict(int)
-    for r in rows:
-        tokens[r["extra_info"]["rollout_id"]] += sum(r["response_mask"])
-    token_shares = {k: v / sum(tokens.values()) for k, v in tokens.items()}
-    # verl's default aggregation.
-    assert FSDPActorConfig(**actor_config(4)).loss_agg_mode == "token-mean"
-    global_shares = shares(rows, batch_num_tokens=sum(tokens.values()))
-    for rollout, share in token_shares.items():
-        assert global_shares[rollout] == pytest.approx(share, rel=1e-6)
-    local = shares(rows, batch_num_tokens=None)  # a mean per micro-batch: per-segment weights
-    assert local["a2"] == pytest.approx(3 / 4, rel=1e-6)
 
 
 def test_verl_reward_function_rejects_rows_from_elsewhere():
