@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from judge.attach import CorrectionsFile, attach, executed_output_text
@@ -100,6 +101,10 @@ PAIR_SCHEMA = pa.schema(
         ("tools", pa.string()),
     ]
 )
+# A task's side file also carries the rollout's ordinal in the task (the build's own
+# numbering), so that the pairs of a rollout the build takes back out (a later copy of a
+# duplicate id, ``pipeline/build.py``) go with its rows.
+_SIDE_SCHEMA = PAIR_SCHEMA.append(pa.field("ordinal", pa.int64()))
 
 
 @dataclass(frozen=True)
@@ -128,17 +133,30 @@ class SftStage:
     def open_task(self, out: str, task_index: int) -> TaskStage:
         return TaskStage(self, _side_paths(out, task_index), _corrections(self.corrections_file))
 
-    def finalize(self, out: str, task_indices: list[int], dest: Path | None = None) -> dict:
+    def finalize(
+        self,
+        out: str,
+        task_indices: list[int],
+        dest: Path | None = None,
+        excluded: dict[int, set[int]] | None = None,
+    ) -> dict:
         """Write ``pairs/`` and append the file's corrections no rollout claimed to
         ``quarantine.jsonl``, both in ``dest`` (default ``out``: the build passes its
-        staging directory); return counts to add to the manifest."""
+        staging directory); return counts to add to the manifest. ``excluded``: per task,
+        the ordinals of rollouts the build took back out; their pairs go too."""
         dest = Path(dest or out)
+        excluded = excluded or {}
         claimed: set[str] = set()
         tables = []
         for index in task_indices:
             pairs_path, claimed_path = _side_paths(out, index)
             claimed.update(json.loads(claimed_path.read_text()))
-            tables.append(pq.read_table(pairs_path))
+            table = pq.read_table(pairs_path, schema=_SIDE_SCHEMA)
+            left_out = excluded.get(index)
+            if left_out:
+                gone = pc.is_in(table["ordinal"], pa.array(sorted(left_out), pa.int64()))
+                table = table.filter(pc.invert(gone))
+            tables.append(table.drop_columns(["ordinal"]))
         counts: Counter = Counter()
         corrections = _corrections(self.corrections_file)
         if corrections is not None:
@@ -181,6 +199,7 @@ class TaskStage:
     ):
         self.stage, self.side, self.corrections = stage, side, corrections
         self.pairs: list[dict] = []
+        self.accepted = 0  # rollouts accepted so far: the build's ordinal of the next one
         self.claimed: set[str] = set()
         self.counts: Counter = Counter()
 
@@ -218,7 +237,7 @@ class TaskStage:
         self.counts["corrections_attached"] += len(rollout.corrections)
         self.counts.update(f"corrections_{c.type}" for c in rollout.corrections)
         views = replay(rollout)
-        self.pairs += _pairs(rollout, views)
+        pairs = _pairs(rollout, views)
         audit_at = _audits_by_segment(audit_rollout(rollout), segments)
         by_call: dict[int, list] = {}
         for c in rollout.corrections:
@@ -247,13 +266,16 @@ class TaskStage:
             values["messages"].append(json.dumps(messages, ensure_ascii=False))
             values["corrections"].append([c for s in spans for c in by_call.get(s.call_index, [])])
             values["summary_audit"].append(audit_at.get(at, []))
+        # Only now is the rollout accepted (a raise above quarantines it, pairs and all).
+        self.pairs += [{**pair, "ordinal": self.accepted} for pair in pairs]
+        self.accepted += 1
         return values
 
     def close(self) -> dict:
         pairs_path, claimed_path = self.side
         _atomic(
             pairs_path,
-            lambda tmp: pq.write_table(pa.Table.from_pylist(self.pairs, schema=PAIR_SCHEMA), tmp),
+            lambda tmp: pq.write_table(pa.Table.from_pylist(self.pairs, schema=_SIDE_SCHEMA), tmp),
         )
         _atomic(claimed_path, lambda tmp: Path(tmp).write_text(json.dumps(sorted(self.claimed))))
         return dict(self.counts)

@@ -536,7 +536,7 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, comman
             "corrections: a record would be lost; this is a bug in seam"
         )
     if config.stage is not None:
-        counts.update(config.stage.finalize(config.out, indices, dest=staging))
+        counts.update(config.stage.finalize(config.out, indices, dest=staging, excluded=excluded))
     for k in ("read", "accepted", "quarantined"):
         counts.setdefault(k, 0)
     manifest = {

@@ -70,8 +70,15 @@ class BuildStage(Protocol):
         ...
 
     def finalize(
-        self, out: str, task_indices: list[int], dest: Path | None = None
+        self,
+        out: str,
+        task_indices: list[int],
+        dest: Path | None = None,
+        excluded: dict[int, set[int]] | None = None,
     ) -> dict[str, Any]:
         """Merge the tasks' side files into the build's outputs, written into ``dest`` (the
-        build's staging directory, published with the shards); counts for the manifest."""
+        build's staging directory, published with the shards); counts for the manifest.
+        ``excluded``: per task index, the ordinals (in ``accept`` order) of rollouts the
+        build took back out after their task ran (later copies of a duplicate id); nothing
+        of theirs may reach the outputs."""
         ...

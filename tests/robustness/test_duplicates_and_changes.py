@@ -78,7 +78,7 @@ class _ChangesInput:
         if index == 0:
             self.change(self.path)
 
-    def finalize(self, out, indices, dest=None):
+    def finalize(self, out, indices, dest=None, excluded=None):
         return {}
 
 
@@ -96,3 +96,47 @@ def test_an_input_that_changes_during_the_build_fails_it(tmp_path, how):
         _build([src], tmp_path / "out", stage=_ChangesInput(src, change))
     assert not (tmp_path / "out" / "manifest.json").exists()
     assert not list((tmp_path / "out").glob("*.parquet"))
+
+
+def test_a_duplicate_rollouts_preference_pairs_go_with_its_rows(tmp_path):
+    """build-sft: the later copy of a corrected rollout leaves neither rows nor pairs;
+    the pairs are those of a build that read it once."""
+    from judge.attach import executed_output_text
+    from judge.sft import SftStage
+    from schemas.correction import Correction
+    from tests.report.conftest import one_compaction
+
+    good = one_compaction("good").build(reward=1.0, resolved=True)
+    summary_call = next(i for i, c in enumerate(good.calls()) if c.kind == "summary")
+    correction = Correction(
+        rollout_id="good",
+        call_index=summary_call,
+        type="state",
+        verdict="omission",
+        original="# Auto Context Summary\nWorking on dates.",
+        replacement=executed_output_text(good.calls()[summary_call]),
+        rationale="dropped the test",
+    )
+    good = good.model_copy(update={"corrections": [correction]})
+    other = one_compaction("other").build(reward=0.0, resolved=False)
+    record = good.model_dump_json(exclude_none=True)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text(
+        record + "\n" + other.model_dump_json(exclude_none=True) + "\n"
+    )
+    (tmp_path / "in" / "b.jsonl").write_text(record + "\n")  # "good" again, elsewhere
+    (tmp_path / "once.jsonl").write_text((tmp_path / "in" / "a.jsonl").read_text())
+
+    def build(inputs, out):
+        return _build(inputs, out, kind="sft", stage=SftStage())
+
+    reference = build([tmp_path / "once.jsonl"], tmp_path / "reference")
+    result = build([tmp_path / "in"], tmp_path / "out")
+    assert result.counts["quarantined"] == 1 and result.counts["accepted"] == 2
+    assert result.counts["preference_pairs"] == reference.counts["preference_pairs"] == 1
+    (shard,) = (tmp_path / "out" / "pairs").glob("*.parquet")
+    pairs = pq.read_table(shard)
+    (reference_shard,) = (tmp_path / "reference" / "pairs").glob("*.parquet")
+    assert pairs.to_pylist() == pq.read_table(reference_shard).to_pylist()
+    assert pairs["rollout_id"].to_pylist() == ["good"]
+    assert "ordinal" not in pairs.schema.names

@@ -100,7 +100,7 @@ class _FailingStage:
     def open_task(self, out, index):
         return None
 
-    def finalize(self, out, indices, dest=None):
+    def finalize(self, out, indices, dest=None, excluded=None):
         raise OSError("the stage failed after the shards were written")
 
 
