@@ -98,3 +98,46 @@ def test_a_summary_call_the_harness_forced_gets_no_trigger_question():
 
     assert [c.types for c in candidates(story("model"))] == [("trigger", "state")]
     assert [c.types for c in candidates(story("budget"))] == [("state",)]
+
+
+def test_every_call_asks_the_trigger_question_at_each_action_where_the_policy_can_compact():
+    from tests.judge.rollouts import Story
+
+    def story(trigger):
+        return (
+            Story()
+            .act(("read_file", {"path": "src/dates.py"}, "code"))
+            .act(("grep", {"pattern": "tz"}, "src/dates.py:1"))
+            .compact("# Auto Context Summary\nsrc/dates.py\n## Next step\nFix it.", trigger)
+            .act(("edit_file", {"path": "src/dates.py"}, "edited"))
+            .act(("bash", {"command": "pytest"}, "1 passed"))
+            .act(("bash", {"command": "git diff"}, "diff"))
+            .say("Fixed.")
+            .build()
+        )
+
+    # The policy chose its compaction, so it could have compacted at any action: the
+    # actions before it and the one past the 3-call continuation window get "trigger".
+    chose = [(c.call_index, c.types) for c in candidates(story("model"), every_call=True)]
+    assert chose == [
+        (0, ("trigger",)),
+        (1, ("trigger",)),
+        (2, ("trigger", "state")),
+        (3, ("continuation",)),
+        (4, ("continuation",)),
+        (5, ("continuation",)),
+        (6, ("trigger",)),
+    ]
+    # Without --every-call, or where the harness compacts, no action is asked.
+    assert ("trigger",) not in [c.types for c in candidates(story("model"))]
+    # A harness compaction and no compact tool: the policy never had the choice.
+    harness = story("budget")
+    harness = harness.model_copy(
+        update={"tools": [t for t in harness.tools if t["function"]["name"] != "compact"]}
+    )
+    assert [c.types for c in candidates(harness, every_call=True)] == [
+        ("state",),
+        ("continuation",),
+        ("continuation",),
+        ("continuation",),
+    ]
