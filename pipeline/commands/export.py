@@ -30,6 +30,10 @@ def run(args) -> int:
             f"  {r['max_length']:>7,}: {r['rows']:>8,} rows ({r['rows_share']:6.1%})  "
             f"{r['trainable_tokens']:>12,} trainable tokens ({r['trainable_share']:6.1%})"
         )
+    if result.verl_lengths is not None:
+        from pipeline.export.verl import lengths_line
+
+        print(lengths_line(result.verl_lengths))
     return 0
 
 

@@ -45,6 +45,7 @@ class ExportResult:
     dropped_rows: int = 0
     dropped_trainable_tokens: int = 0
     lengths: list | None = None
+    verl_lengths: dict | None = None  # verl: the longest prompt and response
 
 
 def export_build(
@@ -88,12 +89,15 @@ def export_build(
     over = tokens > max_length if max_length else np.zeros(len(tokens), bool)
     dropped, dropped_trainable = int(over.sum()), int(trainable[over].sum())
     rows = len(tokens) - dropped
+    longest: dict[str, int] = {}
     if target == "slime":
         files = _write_slime(shards, out, max_length)
         schema = None
     else:
-        files, schema = _write_parquet(shards, out, target, mode, decoder, max_length)
+        files, schema, longest = _write_parquet(shards, out, target, mode, decoder, max_length)
     lines = lengths.markdown(table, len(tokens), int(trainable.sum()))
+    if target == "verl":
+        lines += ["", verl.lengths_line(longest)]
     kept = (
         f"--max-length {max_length}: left out {dropped:,} row(s) longer than that, "
         f"{dropped_trainable:,} of {int(trainable.sum()):,} trainable tokens."
@@ -114,6 +118,7 @@ def export_build(
                 "max_length": max_length,
                 "dropped_over_max_length": {"rows": dropped, "trainable_tokens": dropped_trainable},
                 "lengths": table,
+                **({"verl_lengths": longest} if target == "verl" else {}),
                 "source_shard_sha256": manifest["shard_sha256"],
             },
             indent=2,
@@ -121,7 +126,17 @@ def export_build(
         )
         + "\n",
     )
-    return ExportResult(out, target, mode, rows, files, dropped, dropped_trainable, table)
+    return ExportResult(
+        out,
+        target,
+        mode,
+        rows,
+        files,
+        dropped,
+        dropped_trainable,
+        table,
+        longest if target == "verl" else None,
+    )
 
 
 def _within(shard: pa.Table, max_length: int | None) -> pa.Table:
@@ -179,19 +194,28 @@ def _prepare(out: Path, overwrite: bool) -> None:
 def _write_parquet(
     shards: list[Path], out: Path, target: str, mode: str | None, decoder, max_length
 ):
+    """Writes the shards; returns their names, the schema and, for verl, the longest
+    prompt and response (``max_prompt_length``, ``max_response_length``)."""
     files, schema, index = [], None, 0
+    longest: dict[str, int] = {}
     for shard_path in shards:
         shard = _within(pq.read_table(shard_path), max_length)
         if target == "trl":
             table = trl.sft_table(shard) if mode == "sft" else trl.grpo_table(shard)
         else:
             table = verl.verl_table(shard, decoder, index)
+            for key, column in (
+                ("max_prompt_length", "prompt_ids"),
+                ("max_response_length", "response_ids"),
+            ):
+                most = pc.max(pc.list_value_length(table[column])).as_py() or 0
+                longest[key] = max(longest.get(key, 0), most)
         index += shard.num_rows
         schema = table.schema
         write = partial(pq.write_table, table, compression="zstd", row_group_size=256)
         atomic.atomic_write(out / shard_path.name, write)
         files.append(shard_path.name)
-    return files, schema
+    return files, schema, longest
 
 
 def _write_slime(shards: list[Path], out: Path, max_length) -> list[str]:

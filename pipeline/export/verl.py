@@ -138,6 +138,17 @@ def verl_table(shard: pa.Table, tokenizer, first_index: int) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=SCHEMA)
 
 
+def lengths_line(longest: dict[str, int]) -> str:
+    """What to set so verl keeps every row: its agent loop pads prompts to
+    ``data.max_prompt_length`` and responses to ``data.max_response_length``
+    (``rollout.prompt_length``/``response_length``); smaller values cut or reject rows."""
+    p, r = longest.get("max_prompt_length", 0), longest.get("max_response_length", 0)
+    return (
+        f"verl: the longest prompt has {p:,} tokens and the longest response {r:,}: set "
+        f"`data.max_prompt_length={p} data.max_response_length={r}` (or more) to keep every row."
+    )
+
+
 def last_trainable_ends(loss_mask: pa.ChunkedArray) -> np.ndarray:
     """Per row: 1 + the index of the last 1 in ``loss_mask`` (0 when there is none)."""
     array = loss_mask.combine_chunks()

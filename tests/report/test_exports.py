@@ -141,6 +141,12 @@ def test_verl_rows_are_rlhf_dataset_rows_and_agent_loop_outputs(rl_build, tmp_pa
         assert sum(output.response_mask) == s["num_trainable_tokens"]
         assert output.reward_score == s["reward"]
         assert (output.response_logprobs is not None) == (s["rollout_id"] == "b0")
+    # The lengths verl needs to keep every row, in export.json and the README.
+    longest = json.loads((out / "export.json").read_text())["verl_lengths"]
+    p, r = max(len(x["prompt_ids"]) for x in rows), max(len(x["response_ids"]) for x in rows)
+    assert longest == {"max_prompt_length": p, "max_response_length": r}
+    readme = (out / "README.md").read_text()
+    assert f"`data.max_prompt_length={p} data.max_response_length={r}`" in readme
 
 
 def test_verl_counts_turns_as_messages(rl_build, tmp_path):

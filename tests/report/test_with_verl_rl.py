@@ -18,7 +18,8 @@ code from the batch up, and rebuild only the engine's loop around it, line for l
   ``compute_position_id_with_mask``), rewards from verl's ``NaiveRewardManager`` with
   ``pipeline/export/verl_reward.py``, advantages from verl's
   ``compute_grpo_outcome_advantage``;
-- verl's ``left_right_2_no_padding`` (``ray_trainer._update_actor``), ``make_iterator``
+- verl's ``left_right_2_no_padding`` (``ray_trainer._update_actor``; main_ppo's default
+  v1 trainer stores the same unpadded rows, ``loss_mask = response_mask``), ``make_iterator``
   (``TrainingWorker.train_mini_batch``), ``prepare_micro_batches`` and the global
   ``batch_num_tokens`` all-reduced over a gloo group of one
   (``FSDPEngine.forward_backward_batch``), log-probs as ``FSDPEngineWithLMHead`` computes
@@ -32,6 +33,7 @@ Rollouts here: ``one`` (1 segment), ``four`` (4 segments: three compactions) and
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -125,11 +127,16 @@ def build_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def verl_rows(build_dir, tmp_path_factory) -> list[dict]:
-    """The export, read as verl's ``RLHFDataset`` reads Parquet (``datasets``)."""
+def verl_out(build_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("verl-export") / "verl"
     export_build(build_dir, "verl", out)
-    rows = list(datasets.load_dataset("parquet", data_dir=str(out), split="train"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def verl_rows(verl_out) -> list[dict]:
+    """The export, read as verl's ``RLHFDataset`` reads Parquet (``datasets``)."""
+    rows = list(datasets.load_dataset("parquet", data_dir=str(verl_out), split="train"))
     segments = defaultdict(int)
     for r in rows:
         segments[r["extra_info"]["rollout_id"]] += 1
@@ -137,6 +144,14 @@ def verl_rows(build_dir, tmp_path_factory) -> list[dict]:
     (one,) = [r for r in rows if r["extra_info"]["rollout_id"] == "one"]
     assert one["trimmed_tokens"] > 0  # the cut call's untrained end-of-turn
     return rows
+
+
+@pytest.fixture(scope="module")
+def verl_lengths(verl_out) -> tuple[int, int]:
+    """``data.max_prompt_length`` and ``data.max_response_length`` as the export states
+    them (``export.json``; the README says the same)."""
+    longest = json.loads((verl_out / "export.json").read_text())["verl_lengths"]
+    return longest["max_prompt_length"], longest["max_response_length"]
 
 
 @pytest.fixture(scope="module")
@@ -157,12 +172,6 @@ def gloo_group(tmp_path_factory):
     dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
     yield
     dist.destroy_process_group()
-
-
-def lengths(rows) -> tuple[int, int]:
-    """``data.max_prompt_length`` and ``data.max_response_length`` that keep every row
-    (verl's agent loop pads to them and would cut a longer row)."""
-    return max(len(r["prompt_ids"]) for r in rows), max(len(r["response_ids"]) for r in rows)
 
 
 def agent_loop_batch(rows, prompt_length: int, response_length: int) -> DataProto:
@@ -294,7 +303,7 @@ def actor_config(mini_batch_size: int) -> FSDPActorConfig:
 
 
 def test_verl_actor_update_trains_two_steps_on_the_export(
-    verl_rows, build_dir, tiny_model, tokenizer
+    verl_rows, verl_lengths, build_dir, tiny_model, tokenizer
 ):
     """One trainer step over the segments of ``one`` and ``two`` with
     ``actor.ppo_epochs=2``: old log-probs recomputed once by the actor (``ray_trainer.fit``),
@@ -306,7 +315,7 @@ def test_verl_actor_update_trains_two_steps_on_the_export(
     model = tiny_model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     before = [p.detach().clone() for p in model.parameters()]
-    batch = agent_loop_batch(rows, *lengths(rows))
+    batch = agent_loop_batch(rows, *verl_lengths)
     advantages = recorded_advantages(batch, tokenizer)
     mask = batch.batch["response_mask"].bool()
     for i, r in enumerate(rows):
@@ -348,11 +357,11 @@ def test_verl_actor_update_trains_two_steps_on_the_export(
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
-def gradient_shares(rows, global_token_count: bool) -> dict[str, float]:
+def gradient_shares(rows, lengths, global_token_count: bool) -> dict[str, float]:
     """Each rollout's share of the gradient through verl's ``ppo_loss``, one segment per
     micro-batch: with advantages 1 at ratio 1, d loss / d log π_t is minus token t's
     weight, read from autograd on the log-probs."""
-    batch = agent_loop_batch(rows, *lengths(rows))
+    batch = agent_loop_batch(rows, *lengths)
     mask = batch.batch["response_mask"].float()
     batch.batch["old_log_probs"] = torch.zeros_like(mask)
     batch.batch["advantages"] = torch.ones_like(mask)
@@ -377,17 +386,17 @@ def gradient_shares(rows, global_token_count: bool) -> dict[str, float]:
     return {k: v / total for k, v in weight.items()}
 
 
-def test_rollouts_of_1_and_4_segments_get_their_token_shares(verl_rows):
+def test_rollouts_of_1_and_4_segments_get_their_token_shares(verl_rows, verl_lengths):
     rows = [r for r in verl_rows if r["extra_info"]["rollout_id"] in ("one", "four")]
     tokens = defaultdict(int)
     for r in rows:
         tokens[r["extra_info"]["rollout_id"]] += sum(r["response_mask"])
     token_shares = {k: v / sum(tokens.values()) for k, v in tokens.items()}
-    shares = gradient_shares(rows, global_token_count=True)
+    shares = gradient_shares(rows, verl_lengths, global_token_count=True)
     for rollout, share in token_shares.items():
         assert shares[rollout] == pytest.approx(share, rel=1e-6)
     # Without the global count each micro-batch (segment) weighs the same: 4 of 5.
-    local = gradient_shares(rows, global_token_count=False)
+    local = gradient_shares(rows, verl_lengths, global_token_count=False)
     assert local["four"] == pytest.approx(4 / 5, rel=1e-6)
     assert local["four"] != pytest.approx(token_shares["four"], rel=1e-2)
 
