@@ -24,6 +24,12 @@ Per row (one segment):
 - **Coverage**: every call is trained in at most one row; in a build that drops no
   segment (no ``--drop-truncated``, no SFT length filter) every call is in a row.
 
+Per build (``--verify all``): **every input rollout is accounted for** — it has rows, or
+``quarantine.jsonl`` has an entry at its file and line, or it is one of the rollouts the
+manifest counts as having left no rows (``rollouts_without_segments``: all segments
+dropped by ``--drop-truncated`` or the SFT length filter). A rollout that vanished
+without a counted reason is a mismatch naming its file and line.
+
 Text comparisons use the tokenizer's own normalizer on the expected side (NFC for the
 default tokenizer): the model received the normalized text, and decoding returns it.
 """
@@ -86,7 +92,8 @@ class Mismatch:
 
     def line(self) -> str:
         seg = "" if self.segment_index is None else f" segment {self.segment_index}"
-        return f"{self.shard} row {self.row} (rollout {self.rollout_id}{seg}): {self.what}"
+        where = self.shard if self.row < 0 else f"{self.shard} row {self.row}"
+        return f"{where} (rollout {self.rollout_id}{seg}): {self.what}"
 
 
 @dataclass
@@ -148,7 +155,13 @@ def verify_build(
     shards = [out / name for name in manifest["shards"]]
     ids = _rollout_ids(shards)
     wanted = _sample(ids) if mode == "sample" else set(ids)
-    rollouts = rollouts_from_inputs(manifest, wanted)
+    rollouts: dict[str, list[Rollout]] = {}
+    positions: list[tuple[str, int | None, str]] = []  # every valid input rollout, in order
+    everything = None if mode == "all" else wanted  # "all" also reads rollouts without rows
+    for file, line, rollout in _read_inputs(manifest, everything):
+        positions.append((file, line, rollout.rollout_id))
+        if rollout.rollout_id in wanted:
+            rollouts.setdefault(rollout.rollout_id, []).append(rollout)
     for group in _row_groups(shards, wanted):
         rollout_id = group[0][2]["rollout_id"]
         candidates = rollouts.get(rollout_id, [])
@@ -186,7 +199,57 @@ def verify_build(
         result.by_rollout[rollout_id].update(counts)
         result.by_source[source].update(counts)
         result.by_source[source]["rollouts"] += 1
+    if mode == "all":
+        result.mismatches.extend(_unaccounted(out, manifest, positions, _with_rows(shards)))
     return result
+
+
+def _with_rows(shards: list[Path]) -> Counter:
+    """Per rollout id, how many rollouts of that id have rows (a group starts at segment 0)."""
+    groups: Counter = Counter()
+    for shard in shards:
+        table = pq.read_table(shard, columns=["rollout_id", "segment_index"])
+        firsts = pc.equal(table["segment_index"], 0)
+        groups.update(table.filter(firsts)["rollout_id"].to_pylist())
+    return groups
+
+
+def _unaccounted(
+    out: Path, manifest: dict, positions: list[tuple[str, int | None, str]], with_rows: Counter
+) -> list[Mismatch]:
+    """Input rollouts with no rows, no quarantine entry at their place, and beyond the
+    manifest's count of rollouts that left no rows (module docstring)."""
+    quarantined = set()
+    path = out / "quarantine.jsonl"
+    if path.is_file():
+        with open(path, encoding="utf-8") as fh:
+            for text in fh:
+                entry = json.loads(text)
+                quarantined.add((str(entry.get("file")), entry.get("line")))
+    left = Counter(with_rows)
+    missing = []
+    for file, line, rollout_id in positions:
+        if left[rollout_id] > 0:
+            left[rollout_id] -= 1
+        elif (file, line) not in quarantined:
+            missing.append((file, line, rollout_id))
+    rowless = int(manifest.get("counts", {}).get("rollouts_without_segments", 0))
+    if len(missing) == rowless:
+        return []
+    if len(missing) < rowless:
+        what = (
+            f"the manifest counts {rowless} rollout(s) without rows, the inputs and shards "
+            f"show {len(missing)}"
+        )
+        return [Mismatch("manifest.json", -1, "-", None, what)]
+    what = (
+        "no rows and no quarantine entry: the build lost it without a counted reason "
+        f"({len(missing)} such input rollouts, the manifest counts {rowless} without rows)"
+    )
+    return [
+        Mismatch(f"{file}:{line}" if line is not None else file, -1, rollout_id, None, what)
+        for file, line, rollout_id in missing[rowless:]
+    ]
 
 
 def _read_manifest(out: Path) -> dict:
@@ -278,12 +341,14 @@ def _row_groups(shards: list[Path], wanted: set[str]) -> list[list[tuple]]:
 def rollouts_from_inputs(manifest: dict, wanted: set[str]) -> dict[str, list[Rollout]]:
     """The wanted rollouts from the build's inputs, per id in input order."""
     found: dict[str, list[Rollout]] = {}
-    for rollout in _read_inputs(manifest, wanted):
+    for _, _, rollout in _read_inputs(manifest, wanted):
         found.setdefault(rollout.rollout_id, []).append(rollout)
     return found
 
 
-def _read_inputs(manifest: dict, wanted: set[str]) -> Iterator[Rollout]:
+def _read_inputs(
+    manifest: dict, wanted: set[str] | None
+) -> Iterator[tuple[str, int | None, Rollout]]:
     from pipeline.write import file_sha256
 
     paths = []
@@ -297,7 +362,7 @@ def _read_inputs(manifest: dict, wanted: set[str]) -> Iterator[Rollout]:
     config = manifest.get("config", {})
     # read as the build read them: its record limits and its --group-by
     limits.use(Limits(**config["limits"]) if "limits" in config else Limits())
-    yield from iter_input_rollouts(
+    yield from iter_input_records(
         paths, config.get("format", "auto"), wanted, config.get("group_by")
     )
 
@@ -311,6 +376,18 @@ def iter_input_rollouts(
     """The valid rollouts of input files (any reader, through ``pipeline.intake``), in
     input order; only those with an id in ``wanted`` when given (canonical records of
     other ids are not even parsed)."""
+    for _, _, rollout in iter_input_records(paths, fmt, wanted, group_by):
+        yield rollout
+
+
+def iter_input_records(
+    paths: list[Path],
+    fmt: str = "auto",
+    wanted: set[str] | None = None,
+    group_by: str | None = None,
+) -> Iterator[tuple[str, int | None, Rollout]]:
+    """``iter_input_rollouts`` with each rollout's file and line, named as the build's
+    quarantine names them."""
     from pipeline.inputs import UNRECOGNISED, plan_tasks
     from pipeline.intake import iter_records
 
@@ -324,7 +401,7 @@ def iter_input_rollouts(
         for record in iter_records(task, reader_options=options, keep=keep):
             read = record.rollout  # quarantined and skipped records: the build's counts
             if read is not None and (wanted is None or read.rollout_id in wanted):
-                yield read
+                yield str(record.file or task.path), record.line, read
 
 
 # A "rollout_id" key and its JSON string value (a parent_rollout_id never matches: the

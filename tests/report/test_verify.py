@@ -208,3 +208,66 @@ def test_verify_reads_the_inputs_under_the_limits_the_build_used(
     limits.use(limits.Limits())  # as in a new process: `seam verify` run later
     assert main(["verify", str(out)]) == 0
     assert "verified 6 rollout(s)" in capsys.readouterr().out  # the deep one among them
+
+
+def _drop_rows(build: Path, rollout_id: str) -> None:
+    manifest = json.loads((build / "manifest.json").read_text())
+    for name in manifest["shards"]:
+        table = pq.read_table(build / name)
+        kept = [r for r in table.to_pylist() if r["rollout_id"] != rollout_id]
+        pq.write_table(pa.Table.from_pylist(kept, schema=table.schema), build / name)
+
+
+def test_a_rollout_that_vanished_without_a_counted_reason_is_a_mismatch(rl_build, tmp_path):
+    copy = _copy(rl_build, tmp_path)
+    _drop_rows(copy, "a2")  # line 6 of in.jsonl (after a0, a1 and the three broken lines)
+    result = verify_build(copy, "all")
+    lines = [m.line() for m in result.mismatches]
+    assert lines == [
+        f"{rl_build.parent / 'in.jsonl'}:6 (rollout a2): no rows and no quarantine entry: the "
+        "build lost it without a counted reason (1 such input rollouts, the manifest counts 0 "
+        "without rows)"
+    ]
+    assert verify_build(copy, "sample").ok  # only the full audit reads every input rollout
+
+
+def test_a_rejected_rollout_is_accounted_for_by_its_quarantine_entry(sft_build, tmp_path):
+    copy = _copy(sft_build, tmp_path)
+    assert verify_build(copy, "all").ok  # "loop" was filtered: quarantined at its line
+    entries = (copy / "quarantine.jsonl").read_text().splitlines()
+    (loop,) = [e for e in entries if "summary" in json.loads(e)["reason"]]
+    (copy / "quarantine.jsonl").write_text("".join(e + "\n" for e in entries if e != loop))
+    (mismatch,) = verify_build(copy, "all").mismatches
+    assert mismatch.rollout_id == "loop" and mismatch.shard.endswith("in.jsonl:3")
+
+
+def test_rollouts_whose_segments_were_all_dropped_are_counted_not_lost(tmp_path, renderer):
+    from pipeline.build import BuildConfig, run_build
+    from schemas.rollout import MessageEvent
+    from tests.judge.rollouts import Story
+
+    cut = Story("cut").say("Let me").build(reward=1.0)
+    events = [
+        *cut.events[:-1],
+        MessageEvent(id="a9", role="assistant", content="Let me", finish_reason="length"),
+    ]
+    cut = cut.model_copy(update={"events": events})
+    plain = Story("plain").say("Fixed it.").build(reward=0.0)
+    (tmp_path / "in.jsonl").write_text(
+        "\n".join(r.model_dump_json(exclude_none=True) for r in (cut, plain)) + "\n"
+    )
+    out = tmp_path / "out"
+    result = run_build(
+        BuildConfig(
+            inputs=[str(tmp_path / "in.jsonl")],
+            out=str(out),
+            workers=1,
+            progress=False,
+            drop_truncated=True,
+        )
+    )
+    assert result.counts["rollouts_without_segments"] == 1
+    assert verify_build(out, "all").ok
+    _drop_rows(out, "plain")  # now two rollouts have no rows, and the build counted one
+    (mismatch,) = verify_build(out, "all").mismatches
+    assert mismatch.rollout_id == "plain" and "the manifest counts 1 without rows" in mismatch.what
