@@ -46,7 +46,9 @@ def register(sub) -> None:
         "completion_mask, advantages, old_per_token_logps). verl: RLHFDataset Parquet (data_source, "
         "prompt, ability, reward_model, extra_info) plus agent-loop token fields (prompt_ids, "
         "response_ids, response_mask, response_logprobs, reward_score, num_turns). slime: Sample dicts "
-        "as JSON lines (segments of one rollout share rollout_id). See docs/data.md.",
+        "as JSON lines (segments of one rollout share rollout_id). verl multi-turn SFT needs no "
+        "export: verl reads an SFT build directory through data.custom_cls "
+        "(pipeline/export/verl_sft.py, docs/sft.md). See docs/data.md.",
     )
     p.add_argument("dir", help="A build directory (seam build-rl or build-sft).")
     p.add_argument("--to", required=True, choices=["trl", "verl", "slime"], help="Target trainer.")
