@@ -346,8 +346,17 @@ def _run_build(
             load_rewards(Path(config.rewards))  # fail fast, before any work
         except RewardsError as exc:
             raise BuildError(str(exc)) from None
+    # "from_out": the input relative to the output directory, so verify and show find
+    # it from anywhere while the two keep their places (``path`` is as given, relative to
+    # the directory the build ran in).
+    out_at = Path(config.out).resolve()
     inputs = [
-        {"path": str(f), "sha256": d.result(), "bytes": f.stat().st_size}
+        {
+            "path": str(f),
+            "from_out": os.path.relpath(Path(f).resolve(), out_at),
+            "sha256": d.result(),
+            "bytes": f.stat().st_size,
+        }
         for f, d in zip(files, digests)
     ]
     fp_source = json.dumps(

@@ -158,7 +158,7 @@ def verify_build(
     rollouts: dict[str, list[Rollout]] = {}
     positions: list[tuple[str, int | None, str]] = []  # every valid input rollout, in order
     everything = None if mode == "all" else wanted  # "all" also reads rollouts without rows
-    for file, line, rollout in _read_inputs(manifest, everything):
+    for file, line, rollout in _read_inputs(out, manifest, everything):
         positions.append((file, line, rollout.rollout_id))
         if rollout.rollout_id in wanted:
             rollouts.setdefault(rollout.rollout_id, []).append(rollout)
@@ -338,33 +338,51 @@ def _row_groups(shards: list[Path], wanted: set[str]) -> list[list[tuple]]:
     return groups
 
 
-def rollouts_from_inputs(manifest: dict, wanted: set[str]) -> dict[str, list[Rollout]]:
+def rollouts_from_inputs(
+    build_dir: Path, manifest: dict, wanted: set[str]
+) -> dict[str, list[Rollout]]:
     """The wanted rollouts from the build's inputs, per id in input order."""
     found: dict[str, list[Rollout]] = {}
-    for _, _, rollout in _read_inputs(manifest, wanted):
+    for _, _, rollout in _read_inputs(build_dir, manifest, wanted):
         found.setdefault(rollout.rollout_id, []).append(rollout)
     return found
 
 
+def input_path(build_dir: Path, entry: dict) -> Path:
+    """Where a manifest input is now: its path as given when that resolves from here (the
+    directory the build ran in), else its place relative to the build directory."""
+    given = Path(entry["path"])
+    if given.is_file() or given.is_absolute() or "from_out" not in entry:
+        return given
+    beside = Path(build_dir) / entry["from_out"]
+    return beside if beside.is_file() else given
+
+
 def _read_inputs(
-    manifest: dict, wanted: set[str] | None
+    build_dir: Path, manifest: dict, wanted: set[str] | None
 ) -> Iterator[tuple[str, int | None, Rollout]]:
+    """``iter_input_records`` over the build's inputs, each named as the build named it."""
     from pipeline.write import file_sha256
 
-    paths = []
+    paths, names = [], {}
     for entry in manifest["inputs"]:
-        path = Path(entry["path"])
+        path = input_path(build_dir, entry)
         if not path.is_file():
-            raise VerifyError(f"input {path} of the build is gone; verify where the inputs are")
+            raise VerifyError(
+                f"input {entry['path']} of the build is gone (looked from here and from "
+                f"{build_dir}); verify where the inputs are"
+            )
         if file_sha256(path) != entry["sha256"]:
             raise VerifyError(f"input {path} changed since the build (sha256 differs); rebuild")
         paths.append(path)
+        names[str(path)] = entry["path"]
     config = manifest.get("config", {})
     # read as the build read them: its record limits and its --group-by
     limits.use(Limits(**config["limits"]) if "limits" in config else Limits())
-    yield from iter_input_records(
+    for file, line, rollout in iter_input_records(
         paths, config.get("format", "auto"), wanted, config.get("group_by")
-    )
+    ):
+        yield names.get(file, file), line, rollout
 
 
 def iter_input_rollouts(

@@ -89,7 +89,7 @@ def _from_build(build: Path, rollout_id: str | None, where: str | None, tokenize
     renderer = build_renderer(manifest, tokenizer)
     rollout, note = None, None
     try:
-        found = rollouts_from_inputs(manifest, {rollout_id}).get(rollout_id)
+        found = rollouts_from_inputs(build, manifest, {rollout_id}).get(rollout_id)
         rollout = found[0] if found else None
         if rollout is not None and manifest.get("kind") == "sft":
             from judge.sft import rollout_as_built  # calls as the SFT stage numbered them

@@ -128,7 +128,7 @@ def _rollout(build, rollout_id):
     from pipeline.verify import rollouts_from_inputs
 
     manifest = json.loads((build / "manifest.json").read_text())
-    return rollouts_from_inputs(manifest, {rollout_id})[rollout_id][0]
+    return rollouts_from_inputs(build, manifest, {rollout_id})[rollout_id][0]
 
 
 def test_notebook_display_is_scoped_to_its_own_element(rl_build):

@@ -271,3 +271,30 @@ def test_rollouts_whose_segments_were_all_dropped_are_counted_not_lost(tmp_path,
     _drop_rows(out, "plain")  # now two rollouts have no rows, and the build counted one
     (mismatch,) = verify_build(out, "all").mismatches
     assert mismatch.rollout_id == "plain" and "the manifest counts 1 without rows" in mismatch.what
+
+
+def test_relative_inputs_are_found_from_any_directory_while_build_and_inputs_stay_together(
+    rl_build, tmp_path, monkeypatch, capsys
+):
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    shutil.copy(rl_build.parent / "in.jsonl", project / "data" / "in.jsonl")
+    monkeypatch.chdir(project)
+    argv = ["build-rl", "data/in.jsonl", "--out", "out", "--workers", "1", "--no-progress"]
+    assert main([*argv, "--verify", "none"]) == 0
+    (entry,) = json.loads((project / "out" / "manifest.json").read_text())["inputs"]
+    assert entry["path"] == "data/in.jsonl" and entry["from_out"] == "../data/in.jsonl"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    result = verify_build(project / "out", "all")  # the quarantine names "data/in.jsonl"
+    assert result.ok and result.totals()["rollouts"] == 6
+    assert main(["show", str(project / "out"), "a1"]) == 0
+    assert "not in the build's inputs" not in capsys.readouterr().out
+    # moved together, they are still found; the input alone gone: one line saying where
+    shutil.move(project, tmp_path / "moved")
+    assert verify_build(tmp_path / "moved" / "out", "all").ok
+    (tmp_path / "moved" / "data" / "in.jsonl").unlink()
+    assert main(["verify", str(tmp_path / "moved" / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "input data/in.jsonl of the build is gone (looked from here and from" in err
