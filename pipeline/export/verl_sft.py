@@ -95,15 +95,17 @@ class SeamSFTDataset(Dataset):
         return int(sum(m.sum() for m in self.loss_mask))
 
     def summary(self) -> str:
+        """One line: rows, trainable tokens kept, and what ``max_length`` cut."""
         cut = (
-            f"{self.cut_rows} row(s) longer than data.max_length={self.max_length} cut on the "
-            f"{self.truncation} (data.truncation), {self.cut_trainable_tokens:,} trainable "
-            "token(s) cut"
+            f"{self.cut_rows:,} row(s) longer than data.max_length={self.max_length} cut on the "
+            f"{self.truncation}: {self.cut_trainable_tokens:,} of "
+            f"{self.trainable_tokens + self.cut_trainable_tokens:,} trainable tokens cut"
             if self.cut_rows
             else f"every row within data.max_length={self.max_length}"
         )
         return (
-            f"seam SFT rows: {len(self):,} rows, {self.trainable_tokens:,} trainable tokens; {cut}"
+            f"seam SFT rows: {len(self):,} rows, {self.trainable_tokens:,} trainable tokens "
+            f"trained; {cut}"
         )
 
     def _check(self, tokenizer) -> None:

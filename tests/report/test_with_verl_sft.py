@@ -140,8 +140,8 @@ def test_cut_rows_are_counted_and_the_trained_tokens_stay_targets(
         expected_lost += int(mask.sum() - kept[1:].sum())
     assert dataset.cut_rows == cut and dataset.cut_trainable_tokens == expected_lost > 0
     said = capsys.readouterr().err
-    assert f"{cut} row(s) longer than data.max_length={length} cut on the {side}" in said
-    assert f"{expected_lost:,} trainable token(s) cut" in said
+    assert f"{cut} row(s) longer than data.max_length={length} cut on the {side}: " in said
+    assert f"{expected_lost:,} of 184 trainable tokens cut" in said
     targets = trained_targets(collate(dataset, range(len(dataset))))
     assert sum(int(t.sum()) for t in targets) == 184 - expected_lost
 
