@@ -33,7 +33,9 @@ Rollouts here: ``one`` (1 segment), ``four`` (4 segments: three compactions) and
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -45,12 +47,17 @@ torch = pytest.importorskip("torch")
 
 import datasets  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+import verl.trainer.config  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
 from verl import DataProto  # noqa: E402
+from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
+    AgentLoopWorker,
+    get_trajectory_info,
+)
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage  # noqa: E402
 from verl.trainer.ppo.reward import get_custom_reward_fn  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
-from verl.utils.model import compute_position_id_with_mask  # noqa: E402
+from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
 from verl.utils.torch_functional import logprobs_from_logits  # noqa: E402
 from verl.workers.config import FSDPActorConfig  # noqa: E402
 from verl.workers.engine.utils import prepare_micro_batches  # noqa: E402
@@ -62,7 +69,6 @@ from verl.workers.utils.padding import (  # noqa: E402
     no_padding_2_padding,
 )
 
-import pipeline.export.verl_reward  # noqa: E402
 from pipeline.build import BuildConfig, run_build  # noqa: E402
 from pipeline.export import export_build  # noqa: E402
 from schemas.rollout import MessageEvent, Rollout  # noqa: E402
@@ -77,6 +83,8 @@ from tests.report.conftest import (  # noqa: E402
 from trainer.models import build_tiny_model, policy_hidden, token_logprobs  # noqa: E402
 
 PAD = 151643  # Qwen2.5's <|endoftext|>, the tokenizer's pad token
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs" / "training.md"
 
 
 def three_compactions(rollout_id: str) -> Story:
@@ -155,11 +163,96 @@ def verl_lengths(verl_out) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
+def tiny_model_dir(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    path = build_tiny_model(tmp_path_factory.mktemp("tiny"))
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+
+
+def recipe_overrides(values: dict[str, str]) -> list[str]:
+    """The ``main_ppo`` overrides of docs/training.md's verl recipe, its shell variables
+    (``$SEAM``, ``$P``, ``$R``, ``MODEL_DIR``, the train files) filled in."""
+    text = DOCS.read_text()
+    (block,) = [b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "main_ppo" in b]
+    overrides = re.findall(r"^\s+([\w.]+=.+?)(?: \\)?$", block, re.M)
+    assert len(overrides) >= 10, block
+    filled = []
+    for override in overrides:
+        for name, value in values.items():
+            override = override.replace(name, value)
+        filled.append(override)
+    return filled
+
+
+@pytest.fixture(scope="module")
+def recipe(verl_out, verl_lengths, tiny_model_dir):
+    """verl's ``ppo_trainer`` config composed with the documented overrides, as
+    ``python -m verl.trainer.main_ppo`` composes it."""
+    files = sorted(str(f) for f in verl_out.glob("*.parquet"))
+    values = {
+        '"[$(ls export/verl/*.parquet | paste -sd,)]"': f"[{','.join(files)}]",
+        "$SEAM": str(ROOT),
+        "$P": str(verl_lengths[0]),
+        "$R": str(verl_lengths[1]),
+        "MODEL_DIR": str(tiny_model_dir),
+    }
+    directory = Path(verl.trainer.config.__file__).parent
+    with initialize_config_dir(config_dir=str(directory), version_base=None):
+        return compose(config_name="ppo_trainer", overrides=recipe_overrides(values))
+
+
+@pytest.fixture(scope="module")
+def verl_batch(recipe) -> DataProto:
+    """The batch verl's trainer holds after generation (``ray_trainer.fit``): its
+    ``RLHFDataset`` reads the export, ``collate_fn`` batches every row, a ``uid`` per row
+    (``rollout.n=1``), then its ``AgentLoopWorker`` runs the documented agent loop
+    (``seam_replay``) on each row and pads the outputs (``_postprocess``: prompts
+    left-padded to ``rollout.prompt_length``, responses and ``response_mask``
+    right-padded to ``rollout.response_length``), and the trainer joins the reward keys
+    back. ``generate_sequences`` is those steps; it is not called as a whole because
+    without the trainer's reward-loop workers it would also merge every dataset column
+    into the batch, where the export's ``response_mask`` column meets verl's own."""
+    worker = AgentLoopWorker(recipe, llm_client=None)
+    dataset = RLHFDataset(recipe.data.train_files, worker.tokenizer, recipe.data)
+    batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
+    columns = batch.non_tensor_batch
+    agent = recipe.actor_rollout_ref.rollout.agent.default_agent_loop
+
+    async def generate():
+        trajectories = await get_trajectory_info(0, list(range(len(batch))), False)
+        return await asyncio.gather(
+            *(
+                worker._run_agent_loop(
+                    {}, t, agent_name=agent, **{k: v[i] for k, v in columns.items()}
+                )
+                for i, t in enumerate(trajectories)
+            )
+        )
+
+    generated = worker._postprocess(asyncio.run(generate()), input_non_tensor_batch=None)
+    reward_keys = ("data_source", "reward_model", "extra_info")
+    generated.non_tensor_batch.update({k: columns[k] for k in reward_keys})
+    generated.non_tensor_batch["uid"] = np.array([str(i) for i in range(len(batch))], dtype=object)
+    assert len(generated) == len(dataset) == 7  # every row kept
+    assert generated.batch["prompts"].shape[1] == recipe.actor_rollout_ref.rollout.prompt_length
+    return generated
+
+
+def rollouts(batch: DataProto, *ids: str) -> DataProto:
+    extra = batch.non_tensor_batch["extra_info"]
+    return batch.select_idxs([i for i, e in enumerate(extra) if e["rollout_id"] in ids])
+
+
+def unpadded(batch: DataProto, key: str, i: int) -> list[int]:
+    """Row ``i``'s response-side ``key`` without verl's right padding."""
+    width = batch.batch["responses"].shape[1]
+    length = int(batch.batch["attention_mask"][i, -width:].sum())
+    return batch.batch[key][i, :length].tolist()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -174,56 +267,12 @@ def gloo_group(tmp_path_factory):
     dist.destroy_process_group()
 
 
-def agent_loop_batch(rows, prompt_length: int, response_length: int) -> DataProto:
-    """The batch verl's agent loop hands the trainer (``_agent_loop_postprocess`` and
-    ``_postprocess``), from rows an agent loop returns as recorded: prompts left-padded,
-    responses and ``response_mask`` right-padded, positions from the attention mask, and
-    one ``uid`` per row (``rollout.n=1``)."""
-    n = len(rows)
-    prompts = torch.full((n, prompt_length), PAD)
-    responses = torch.full((n, response_length), PAD)
-    response_mask = torch.zeros(n, response_length, dtype=torch.long)
-    attention = torch.zeros(n, prompt_length + response_length, dtype=torch.long)
-    for i, r in enumerate(rows):
-        p, c = len(r["prompt_ids"]), len(r["response_ids"])
-        assert p <= prompt_length and c <= response_length
-        prompts[i, prompt_length - p :] = torch.tensor(r["prompt_ids"])
-        responses[i, :c] = torch.tensor(r["response_ids"])
-        response_mask[i, :c] = torch.tensor(r["response_mask"])
-        attention[i, prompt_length - p : prompt_length + c] = 1
-    return DataProto.from_dict(
-        tensors={
-            "prompts": prompts,
-            "responses": responses,
-            "response_mask": response_mask,
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention,
-            "position_ids": compute_position_id_with_mask(attention),
-        },
-        non_tensors={
-            "data_source": np.array([r["data_source"] for r in rows], dtype=object),
-            "reward_model": np.array([r["reward_model"] for r in rows], dtype=object),
-            "extra_info": np.array([dict(r["extra_info"]) for r in rows], dtype=object),
-            "uid": np.array([str(r["extra_info"]["index"]) for r in rows], dtype=object),
-        },
-    )
-
-
-def recorded_advantages(batch: DataProto, tokenizer) -> torch.Tensor:
-    """``reward.custom_reward_function.name=compute_advantage`` placed by verl's
+def recorded_advantages(batch: DataProto, recipe, tokenizer) -> torch.Tensor:
+    """The recipe's reward function (``compute_advantage``) placed by verl's
     ``NaiveRewardManager``, through verl's GRPO with one row per group (``rollout.n=1``):
     verl passes a group of one through (mean 0, std 1), so the advantage is seam's."""
-    config = OmegaConf.create(
-        {
-            "reward": {
-                "custom_reward_function": {
-                    "path": pipeline.export.verl_reward.__file__,
-                    "name": "compute_advantage",
-                }
-            }
-        }
-    )
-    manager = NaiveRewardManager(tokenizer, 0, compute_score=get_custom_reward_fn(config))
+    assert recipe.algorithm.adv_estimator == "grpo" and recipe.actor_rollout_ref.rollout.n == 1
+    manager = NaiveRewardManager(tokenizer, 0, compute_score=get_custom_reward_fn(recipe))
     scores = manager(batch)
     advantages, _ = compute_grpo_outcome_advantage(
         scores, batch.batch["response_mask"], batch.non_tensor_batch["uid"]
@@ -285,10 +334,7 @@ def forward_backward(mini_batch, log_probs_of, config, global_token_count=True) 
         log_probs = log_probs_of(micro)
         loss, metrics = ppo_loss(config, {"log_probs": log_probs}, micro)
         loss.backward()
-        responses = micro["responses"][0][
-            : int(micro["attention_mask"][0, -micro["responses"].shape[1] :].sum())
-        ]
-        outputs.append({"responses": responses.tolist(), "loss": loss.detach(), "metrics": metrics})
+        outputs.append({"responses": micro["responses"], "loss": loss.detach(), "metrics": metrics})
     return outputs
 
 
@@ -303,35 +349,42 @@ def actor_config(mini_batch_size: int) -> FSDPActorConfig:
 
 
 def test_verl_actor_update_trains_two_steps_on_the_export(
-    verl_rows, verl_lengths, build_dir, tiny_model, tokenizer
+    verl_batch, verl_rows, recipe, build_dir, tiny_model, tokenizer
 ):
     """One trainer step over the segments of ``one`` and ``two`` with
     ``actor.ppo_epochs=2``: old log-probs recomputed once by the actor (``ray_trainer.fit``),
     then two passes over the mini-batch, two optimizer steps. Before the update, verl's
     log-probs of the trainable tokens are those of seam's own trainer on the segment."""
-    rows = [r for r in verl_rows if r["extra_info"]["rollout_id"] in ("one", "two")]
-    config = actor_config(len(rows))
-    assert config.loss_agg_mode == "token-mean" and not config.use_kl_loss
+    batch = rollouts(verl_batch, "one", "two")
+    n = len(batch)
+    config = actor_config(n)
+    assert recipe.actor_rollout_ref.actor.loss_agg_mode == config.loss_agg_mode == "token-mean"
+    assert not config.use_kl_loss
+    by_index = {r["extra_info"]["index"]: r for r in verl_rows}
+    extra = batch.non_tensor_batch["extra_info"]
+    for i, e in enumerate(extra):  # the agent loop returned each row as recorded
+        row = by_index[e["index"]]
+        assert unpadded(batch, "responses", i) == row["response_ids"]
+        assert unpadded(batch, "response_mask", i) == row["response_mask"]
+        assert row["response_mask"][-1] == 1  # the score lands on a trained token
+    advantages = recorded_advantages(batch, recipe, tokenizer)
+    mask = batch.batch["response_mask"].bool()
+    for i, e in enumerate(extra):
+        expected = torch.full((int(mask[i].sum()),), e["advantage"])
+        torch.testing.assert_close(advantages[i][mask[i]], expected, rtol=1e-5, atol=1e-6)
+    batch.batch["advantages"] = advantages
     model = tiny_model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     before = [p.detach().clone() for p in model.parameters()]
-    batch = agent_loop_batch(rows, *verl_lengths)
-    advantages = recorded_advantages(batch, tokenizer)
-    mask = batch.batch["response_mask"].bool()
-    for i, r in enumerate(rows):
-        assert r["response_mask"][-1] == 1  # the score lands on a trained token
-        expected = torch.full((int(mask[i].sum()),), r["extra_info"]["advantage"])
-        torch.testing.assert_close(advantages[i][mask[i]], expected, rtol=1e-5, atol=1e-6)
-    batch.batch["advantages"] = advantages
-    old, _ = prepare_micro_batches(trainer_td(batch, len(rows)))
+    old, _ = prepare_micro_batches(trainer_td(batch, n))
     model.eval()
     with torch.no_grad():
         batch.batch["old_log_probs"] = torch.cat(
             [no_padding_2_padding(engine_log_probs(model, m), m) for m in old]
         )
         segments = {(s["rollout_id"], s["segment_index"]): s for s in shard_rows(build_dir)}
-        for i, r in enumerate(rows):
-            segment = segments[r["extra_info"]["rollout_id"], r["extra_info"]["segment_index"]]
+        for i, e in enumerate(extra):
+            segment = segments[e["rollout_id"], e["segment_index"]]
             ids = torch.as_tensor(segment["input_ids"])
             trained = torch.as_tensor(segment["loss_mask"], dtype=torch.bool)[1:]
             hidden = policy_hidden(model, ids, torch.arange(ids.numel()))[:-1]
@@ -341,9 +394,8 @@ def test_verl_actor_update_trains_two_steps_on_the_export(
                 batch.batch["old_log_probs"][i][mask[i]], seam, atol=2e-4, rtol=1e-4
             )
     model.train()
-    td = trainer_td(batch, len(rows))
     kl = []
-    for mini_batch in tu.make_iterator(td, mini_batch_size=len(rows), epochs=2, seed=42):
+    for mini_batch in tu.make_iterator(trainer_td(batch, n), mini_batch_size=n, epochs=2, seed=42):
         optimizer.zero_grad()
         outputs = forward_backward(mini_batch, lambda m: engine_log_probs(model, m), config)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
@@ -357,16 +409,15 @@ def test_verl_actor_update_trains_two_steps_on_the_export(
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
-def gradient_shares(rows, lengths, global_token_count: bool) -> dict[str, float]:
+def gradient_shares(batch: DataProto, global_token_count: bool) -> dict[str, float]:
     """Each rollout's share of the gradient through verl's ``ppo_loss``, one segment per
     micro-batch: with advantages 1 at ratio 1, d loss / d log π_t is minus token t's
     weight, read from autograd on the log-probs."""
-    batch = agent_loop_batch(rows, *lengths)
     mask = batch.batch["response_mask"].float()
     batch.batch["old_log_probs"] = torch.zeros_like(mask)
     batch.batch["advantages"] = torch.ones_like(mask)
-    td = trainer_td(batch, len(rows))
-    (mini_batch,) = tu.make_iterator(td, mini_batch_size=len(rows), epochs=1, seed=42)
+    n = len(batch)
+    (mini_batch,) = tu.make_iterator(trainer_td(batch, n), mini_batch_size=n, epochs=1, seed=42)
     leaves = []
 
     def log_probs_of(micro):
@@ -374,29 +425,29 @@ def gradient_shares(rows, lengths, global_token_count: bool) -> dict[str, float]
         leaves.append(leaf)
         return torch.nested.nested_tensor_from_jagged(leaf, micro["input_ids"].offsets())
 
-    outputs = forward_backward(
-        mini_batch, log_probs_of, actor_config(len(rows)), global_token_count
-    )
-    assert len(outputs) == len(rows)  # one segment per micro-batch
+    outputs = forward_backward(mini_batch, log_probs_of, actor_config(n), global_token_count)
+    assert len(outputs) == n  # one segment per micro-batch
     weight = defaultdict(float)
-    for row, output, leaf in zip(rows, outputs, leaves):  # verl keeps the rows' order
-        assert output["responses"] == row["response_ids"]
-        weight[row["extra_info"]["rollout_id"]] += -float(leaf.grad.sum())
+    extra = batch.non_tensor_batch["extra_info"]
+    for i, (output, leaf) in enumerate(zip(outputs, leaves)):  # verl keeps the rows' order
+        assert torch.equal(output["responses"][0], batch.batch["responses"][i])
+        weight[extra[i]["rollout_id"]] += -float(leaf.grad.sum())
     total = sum(weight.values())
     return {k: v / total for k, v in weight.items()}
 
 
-def test_rollouts_of_1_and_4_segments_get_their_token_shares(verl_rows, verl_lengths):
-    rows = [r for r in verl_rows if r["extra_info"]["rollout_id"] in ("one", "four")]
+def test_rollouts_of_1_and_4_segments_get_their_token_shares(verl_batch):
+    batch = rollouts(verl_batch, "one", "four")
+    assert len(batch) == 5
     tokens = defaultdict(int)
-    for r in rows:
-        tokens[r["extra_info"]["rollout_id"]] += sum(r["response_mask"])
+    for e, mask in zip(batch.non_tensor_batch["extra_info"], batch.batch["response_mask"]):
+        tokens[e["rollout_id"]] += int(mask.sum())
     token_shares = {k: v / sum(tokens.values()) for k, v in tokens.items()}
-    shares = gradient_shares(rows, verl_lengths, global_token_count=True)
+    shares = gradient_shares(batch, global_token_count=True)
     for rollout, share in token_shares.items():
         assert shares[rollout] == pytest.approx(share, rel=1e-6)
     # Without the global count each micro-batch (segment) weighs the same: 4 of 5.
-    local = gradient_shares(rows, verl_lengths, global_token_count=False)
+    local = gradient_shares(batch, global_token_count=False)
     assert local["four"] == pytest.approx(4 / 5, rel=1e-6)
     assert local["four"] != pytest.approx(token_shares["four"], rel=1e-2)
 
