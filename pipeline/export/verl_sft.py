@@ -64,17 +64,15 @@ class SeamSFTDataset(Dataset):
         self.truncation = str(config.get("truncation", "error"))
         if self.truncation not in TRUNCATIONS:
             raise ValueError(f"data.truncation={self.truncation}: choose one of {TRUNCATIONS}")
-        table = pa.concat_tables(
-            pq.read_table(p, columns=COLUMNS) for p in shard_paths(parquet_files)
-        )
+        paths = shard_paths(parquet_files)
+        if not paths:
+            raise ValueError(f"data.train_files={parquet_files}: no Parquet files to read")
+        table = pa.concat_tables(pq.read_table(p, columns=COLUMNS) for p in paths)
         if 0 < max_samples < table.num_rows:
-            table = table.slice(
-                0, max_samples
-            )  # verl's MultiTurnSFTDataset also keeps the first rows
-        ids = table.column("input_ids").to_pylist()
-        masks = table.column("loss_mask").to_pylist()
-        self.input_ids = [np.asarray(x, dtype=np.int64) for x in ids]
-        self.loss_mask = [np.asarray(m, dtype=np.int64) for m in masks]
+            # verl's MultiTurnSFTDataset also keeps the first max_samples rows (unshuffled)
+            table = table.slice(0, max_samples)
+        self.input_ids = list_rows(table.column("input_ids"))
+        self.loss_mask = list_rows(table.column("loss_mask"))
         self._check(tokenizer)
         self.cut_rows, self.cut_trainable_tokens = self._cut()
         print(self.summary(), file=sys.stderr)
@@ -150,6 +148,17 @@ class SeamSFTDataset(Dataset):
             self.loss_mask[i][0] = 0  # a first token has no context to be predicted from
             lost += before - int(self.loss_mask[i].sum())
         return len(over), lost
+
+
+def list_rows(column: pa.ChunkedArray) -> list[np.ndarray]:
+    """A Parquet list column as one int64 array per row (views of one buffer: an agent
+    build's rows as Python lists would take tens of bytes per token)."""
+    array = column.combine_chunks()
+    if not len(array):
+        return []
+    offsets = array.offsets.to_numpy()
+    values = array.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    return np.split(values, offsets[1:-1] - offsets[0])
 
 
 def shard_paths(parquet_files) -> list[Path]:

@@ -152,9 +152,18 @@ def test_not_seam_sft_rows_are_refused(sft_build, tokenizer, tmp_path):
     (rl / "manifest.json").write_text(json.dumps({"kind": "rl", "shards": []}))
     with pytest.raises(ValueError, match="seam rl build"):
         load(rl, tokenizer)
+    (rl / "manifest.json").write_text(json.dumps({"kind": "sft", "shards": []}))
+    with pytest.raises(ValueError, match="no Parquet files to read"):
+        load(rl, tokenizer)
     with pytest.raises(ValueError, match="pad_mode=no_padding"):
         load(sft_build, tokenizer, pad_mode="right")
     shard = tmp_path / "rows.parquet"
+    empty = {
+        "input_ids": pa.array([], pa.list_(pa.int32())),
+        "loss_mask": pa.array([], pa.list_(pa.int8())),
+    }
+    pq.write_table(pa.table(empty), shard)
+    assert len(load(shard, tokenizer)) == 0  # an empty shard is no rows, not one empty row
     for ids, mask, reason in [
         ([1, 2, 3], [1, 0, 1], "row 1: its first token is trainable"),
         ([1, len(tokenizer), 3], [0, 1, 1], f"row 1 has token id {len(tokenizer)} beyond"),
