@@ -250,3 +250,42 @@ def test_two_sft_steps_through_verls_pieces(sft_build, tiny_model, tokenizer):
     losses = [train_step(model, optimizer, collate(dataset, batch), meta) for _ in range(2)]
     assert losses[0] == pytest.approx(expected, rel=1e-5)
     assert np.isfinite(losses).all() and losses[1] < losses[0]
+
+
+def test_the_documented_command_composes_and_loads_the_build(sft_build, tiny_model, tmp_path):
+    """docs/sft.md's ``verl.trainer.sft_trainer`` overrides, composed with verl's
+    ``sft_trainer_engine`` config as its ``main`` composes them (run from the seam
+    checkout, as the docs say): every key exists, verl's config dataclasses accept the
+    model, engine and optimizer sections, and ``create_sft_dataset`` loads the build with
+    the composed ``data`` section."""
+    import os
+    import re
+
+    from hydra import compose, initialize_config_dir
+    from verl.utils.config import omega_conf_to_dataclass
+
+    root = Path(pipeline.export.verl_sft.__file__).parents[2]
+    text = (root / "docs" / "sft.md").read_text()
+    (block,) = [b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "sft_trainer" in b]
+    overrides = re.findall(r"^\s+([\w.]+=.+?)(?: \\)?$", block, re.M)
+    assert len(overrides) >= 8, block
+    filled = [
+        o.replace("MODEL_DIR", str(tiny_model)).replace("out/sft", str(sft_build))
+        for o in overrides
+    ]
+    directory = Path(verl.__file__).parent / "trainer" / "config"
+    with initialize_config_dir(config_dir=str(directory), version_base=None):
+        config = compose(config_name="sft_trainer_engine", overrides=filled)
+    assert config.data.custom_cls.name == "SeamSFTDataset"
+    for section in ("engine", "optim", "checkpoint"):
+        omega_conf_to_dataclass(config[section])
+    model = omega_conf_to_dataclass(config.model)  # loads the tokenizer from model.path
+    cwd = os.getcwd()
+    os.chdir(root)  # data.custom_cls.path is relative to the checkout
+    try:
+        dataset = create_sft_dataset(
+            config.data.train_files, config.data, model.tokenizer, None, max_samples=-1
+        )
+    finally:
+        os.chdir(cwd)
+    assert len(dataset) == len(shard_rows(sft_build)) and dataset.cut_rows == 0
