@@ -11,6 +11,7 @@ from judge.attach import executed_output_text
 from judge.sft import SftStage
 from pipeline.build import BuildConfig, run_build
 from schemas.correction import Correction
+from schemas.rollout import MessageEvent
 from tests.judge.rollouts import Story
 from tests.strategies import log_token_ids
 
@@ -106,15 +107,12 @@ def rl_build(tmp_path_factory, renderer):
     return out
 
 
-@pytest.fixture(scope="session")
-def sft_build(tmp_path_factory):
-    """A corrected rollout (a state correction at its summary call), a plain one, and one
-    the summary-loop filter quarantines."""
-    tmp = tmp_path_factory.mktemp("sft")
-    good = one_compaction("good").build(reward=1.0, resolved=True)
+def corrected(rollout_id: str):
+    """``one_compaction`` with a Judge state correction at its summary call."""
+    good = one_compaction(rollout_id).build(reward=1.0, resolved=True)
     summary_call = next(i for i, c in enumerate(good.calls()) if c.kind == "summary")
     correction = Correction(
-        rollout_id="good",
+        rollout_id=rollout_id,
         call_index=summary_call,
         type="state",
         verdict="omission",
@@ -122,7 +120,22 @@ def sft_build(tmp_path_factory):
         replacement=executed_output_text(good.calls()[summary_call]),
         rationale="dropped the test",
     )
-    good = good.model_copy(update={"corrections": [correction]})
+    return good.model_copy(update={"corrections": [correction]})
+
+
+def cut_at_max_tokens(rollout, text: str = "Let me"):
+    """``rollout`` with a last call the engine cut at its max tokens (``finish_reason``
+    length: the template's end-of-turn after it is not the policy's, so not trained)."""
+    cut = MessageEvent(id="a9", role="assistant", content=text, finish_reason="length")
+    return rollout.model_copy(update={"events": [*rollout.events, cut]})
+
+
+@pytest.fixture(scope="session")
+def sft_build(tmp_path_factory):
+    """A corrected rollout (a state correction at its summary call), a plain one, and one
+    the summary-loop filter quarantines."""
+    tmp = tmp_path_factory.mktemp("sft")
+    good = corrected("good")
     plain = (
         two_compactions("plain")
         .build(reward=0.0, resolved=False)

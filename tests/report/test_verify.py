@@ -243,15 +243,11 @@ def test_a_rejected_rollout_is_accounted_for_by_its_quarantine_entry(sft_build, 
 
 def test_rollouts_whose_segments_were_all_dropped_are_counted_not_lost(tmp_path, renderer):
     from pipeline.build import BuildConfig, run_build
-    from schemas.rollout import MessageEvent
     from tests.judge.rollouts import Story
+    from tests.report.conftest import cut_at_max_tokens
 
     cut = Story("cut").say("Let me").build(reward=1.0)
-    events = [
-        *cut.events[:-1],
-        MessageEvent(id="a9", role="assistant", content="Let me", finish_reason="length"),
-    ]
-    cut = cut.model_copy(update={"events": events})
+    cut = cut_at_max_tokens(cut.model_copy(update={"events": cut.events[:-1]}))
     plain = Story("plain").say("Fixed it.").build(reward=0.0)
     (tmp_path / "in.jsonl").write_text(
         "\n".join(r.model_dump_json(exclude_none=True) for r in (cut, plain)) + "\n"

@@ -147,6 +147,22 @@ def test_replay_grpo_trainer_trains_two_steps(tiny_model, grpo_rows, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
 
 
+def two_steps(config_class, tmp_path, **options):
+    """TRL's SFT/DPO arguments for two CPU steps on the tiny model, with ``max_length=None``
+    as the docs set it (TRL's default of 1,024 would cut most agent segments)."""
+    return config_class(
+        output_dir=str(tmp_path / "run"),
+        max_length=None,
+        max_steps=2,
+        learning_rate=1e-3,
+        use_cpu=True,
+        report_to=[],
+        bf16=False,
+        save_strategy="no",
+        **options,
+    )
+
+
 def test_sft_trainer_trains_two_steps_on_the_exact_tokens(tiny_model, sft_build, tmp_path):
     """As docs/sft.md shows it: the exported rows as they are, ``max_length=None`` (TRL's
     default of 1,024 would cut long segments), TRL's own collator and trainer."""
@@ -156,17 +172,7 @@ def test_sft_trainer_trains_two_steps_on_the_exact_tokens(tiny_model, sft_build,
     export_build(sft_build, "trl", out, mode="sft")
     ds = datasets.load_dataset("parquet", data_dir=str(out), split="train")
     ds = ds.select_columns(["input_ids", "completion_mask", "assistant_masks"])
-    args = SFTConfig(
-        output_dir=str(tmp_path / "run"),
-        max_length=None,
-        per_device_train_batch_size=2,
-        max_steps=2,
-        learning_rate=1e-3,
-        use_cpu=True,
-        report_to=[],
-        bf16=False,
-        save_strategy="no",
-    )
+    args = two_steps(SFTConfig, tmp_path, per_device_train_batch_size=2)
     trainer = SFTTrainer(model=str(tiny_model), train_dataset=ds, args=args)
     # TRL's collator trains exactly seam's trainable tokens, shifted by nothing.
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(ds))])
@@ -187,17 +193,7 @@ def test_sft_trainer_trains_two_steps_on_the_build_as_docs_show_it(tiny_model, s
     )
     rows = shard_rows(sft_build)
     assert len(ds) == len(rows)
-    args = SFTConfig(
-        output_dir=str(tmp_path / "run"),
-        max_length=None,
-        per_device_train_batch_size=2,
-        max_steps=2,
-        learning_rate=1e-3,
-        use_cpu=True,
-        report_to=[],
-        bf16=False,
-        save_strategy="no",
-    )
+    args = two_steps(SFTConfig, tmp_path, per_device_train_batch_size=2)
     trainer = SFTTrainer(model=str(tiny_model), train_dataset=ds, args=args)
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(ds))])
     assert int((batch["labels"] != -100).sum()) == sum(sum(r["loss_mask"]) for r in rows)
@@ -212,17 +208,7 @@ def test_dpo_trainer_trains_two_steps_on_the_pairs_config(tiny_model, sft_build,
 
     full = datasets.load_dataset(str(sft_build), "pairs", split="train")
     pairs = full.select_columns(["prompt", "chosen", "rejected", "tools"])
-    args = DPOConfig(
-        output_dir=str(tmp_path / "run"),
-        max_length=None,
-        per_device_train_batch_size=1,
-        max_steps=2,
-        learning_rate=1e-3,
-        use_cpu=True,
-        report_to=[],
-        bf16=False,
-        save_strategy="no",
-    )
+    args = two_steps(DPOConfig, tmp_path, per_device_train_batch_size=1)
     trainer = DPOTrainer(model=str(tiny_model), train_dataset=pairs, args=args)
     # TRL renders the prompt with the row's tools (the JSON string column), as the policy saw it.
     prompt = trainer.processing_class.decode(trainer.train_dataset[0]["prompt_ids"])

@@ -29,8 +29,8 @@ from verl.workers.reward_manager.naive import NaiveRewardManager  # noqa: E402
 import pipeline.export.verl_reward  # noqa: E402
 from pipeline.build import BuildConfig, run_build  # noqa: E402
 from pipeline.export import export_build  # noqa: E402
-from schemas.rollout import MessageEvent  # noqa: E402
 from tests.judge.rollouts import Story  # noqa: E402
+from tests.report.conftest import cut_at_max_tokens  # noqa: E402
 
 PAD = 151643
 
@@ -44,12 +44,9 @@ def truncated_build(tmp_path_factory):
     """A rollout whose last call was cut by max tokens (its rendered end-of-turn is not
     trained, so its segment ends with an untrained token), and a plain one."""
     tmp = tmp_path_factory.mktemp("verl-cut")
-    cut = Story("cut").act(("bash", {"command": "pytest"}, "1 failed")).build(reward=1.0)
-    events = [
-        *cut.events,
-        MessageEvent(id="a9", role="assistant", content="Let me", finish_reason="length"),
-    ]
-    cut = cut.model_copy(update={"events": events})
+    cut = cut_at_max_tokens(
+        Story("cut").act(("bash", {"command": "pytest"}, "1 failed")).build(reward=1.0)
+    )
     plain = Story("plain").say("Fixed it.").build(reward=1.0)
     (tmp / "in.jsonl").write_text(
         "\n".join(r.model_dump_json(exclude_none=True) for r in (cut, plain)) + "\n"

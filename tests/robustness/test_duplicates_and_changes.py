@@ -101,23 +101,10 @@ def test_an_input_that_changes_during_the_build_fails_it(tmp_path, how):
 def test_a_duplicate_rollouts_preference_pairs_go_with_its_rows(tmp_path):
     """build-sft: the later copy of a corrected rollout leaves neither rows nor pairs;
     the pairs are those of a build that read it once."""
-    from judge.attach import executed_output_text
     from judge.sft import SftStage
-    from schemas.correction import Correction
-    from tests.report.conftest import one_compaction
+    from tests.report.conftest import corrected, one_compaction
 
-    good = one_compaction("good").build(reward=1.0, resolved=True)
-    summary_call = next(i for i, c in enumerate(good.calls()) if c.kind == "summary")
-    correction = Correction(
-        rollout_id="good",
-        call_index=summary_call,
-        type="state",
-        verdict="omission",
-        original="# Auto Context Summary\nWorking on dates.",
-        replacement=executed_output_text(good.calls()[summary_call]),
-        rationale="dropped the test",
-    )
-    good = good.model_copy(update={"corrections": [correction]})
+    good = corrected("good")
     other = one_compaction("other").build(reward=0.0, resolved=False)
     record = good.model_dump_json(exclude_none=True)
     (tmp_path / "in").mkdir()
