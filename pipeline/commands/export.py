@@ -44,8 +44,8 @@ def register(sub) -> None:
         description="Convert a build directory's shards to the layout a trainer loads. trl: pre-tokenized SFT rows "
         "(input_ids, completion_mask, assistant_masks) or GRPO rows (prompt_ids, completion_ids, "
         "completion_mask, advantages, old_per_token_logps). verl: RLHFDataset Parquet (data_source, "
-        "prompt, ability, reward_model, extra_info) plus agent-loop token fields (prompt_ids, "
-        "response_ids, response_mask, response_logprobs, reward_score, num_turns). slime: Sample dicts "
+        "prompt, ability, reward_model, extra_info) plus agent_loop_output, the agent-loop token fields "
+        "(prompt_ids, response_ids, response_mask, response_logprobs, reward_score, num_turns). slime: Sample dicts "
         "as JSON lines (segments of one rollout share rollout_id). verl multi-turn SFT needs no "
         "export: verl reads an SFT build directory through data.custom_cls "
         "(pipeline/export/verl_sft.py, docs/sft.md). See docs/data.md.",

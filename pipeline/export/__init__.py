@@ -208,7 +208,8 @@ def _write_parquet(
                 ("max_prompt_length", "prompt_ids"),
                 ("max_response_length", "response_ids"),
             ):
-                most = pc.max(pc.list_value_length(table[column])).as_py() or 0
+                ids = pc.struct_field(table["agent_loop_output"], column)
+                most = pc.max(pc.list_value_length(ids)).as_py() or 0
                 longest[key] = max(longest.get(key, 0), most)
         index += shard.num_rows
         schema = table.schema
@@ -265,9 +266,10 @@ LOADING = {
         "verl",
         None,
     ): "`data.train_files` = these Parquet files (RLHFDataset columns `data_source`, `prompt`, `ability`, "
-    "`reward_model`, `extra_info`); an agent loop that replays recorded segments returns "
-    "`AgentLoopOutput(prompt_ids=..., response_ids=..., response_mask=..., response_logprobs=..., "
-    "reward_score=..., num_turns=...)` from the row's columns. `prompt` is decoded from the "
+    "`reward_model`, `extra_info`); `agent_loop_output` holds verl's `AgentLoopOutput` fields "
+    "(`prompt_ids`, `response_ids`, `response_mask`, `response_logprobs`, `reward_score`, "
+    "`num_turns`), which the `seam_replay` agent loop (pipeline/export/verl_replay.py) returns "
+    "as recorded; docs/training.md has the `main_ppo` recipe. `prompt` is decoded from the "
     "rendered prompt tokens: its system turn already holds the tool list as the template wrote it.",
     (
         "slime",

@@ -3,11 +3,13 @@
 verl's ``RLHFDataset`` reads Parquet rows with ``data_source``, ``prompt`` (chat
 messages it renders with the chat template), ``ability``, ``reward_model``
 (``{style, ground_truth}``) and ``extra_info`` (``{index, split, ...}``), and hands every
-column to the agent loop as keyword arguments. The token fields here are those of
+column to the agent loop as keyword arguments. ``agent_loop_output`` holds the fields of
 verl's ``AgentLoopOutput`` — ``prompt_ids``, ``response_ids``, ``response_mask`` (1 on
 generated tokens, 0 on tool observations), ``response_logprobs``, ``reward_score``,
-``num_turns`` — so an agent loop that replays recorded segments returns them as they
-are, instead of sampling.
+``num_turns`` — so the replay agent loop (``verl_replay.py``) returns them as they are,
+instead of sampling. They are one struct, not top-level columns, because verl's default
+(v1) trainer stores every column of the row next to the agent loop's output under the
+column's name: a top-level ``response_mask`` list would replace verl's mask tensor.
 
 ``prompt`` is the segment's prompt tokens decoded and split back into ChatML messages
 (tool results show as the user turns the template rendered them into); a tokenizer
@@ -46,6 +48,16 @@ EXTRA_INFO = pa.struct(
         ("group_size", pa.int32()),
     ]
 )
+AGENT_LOOP_OUTPUT = pa.struct(
+    [
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("response_ids", pa.list_(pa.int32())),
+        ("response_mask", pa.list_(pa.int8())),
+        ("response_logprobs", pa.list_(pa.float32())),
+        ("reward_score", pa.float32()),
+        ("num_turns", pa.int32()),
+    ]
+)
 SCHEMA = pa.schema(
     [
         ("data_source", pa.string()),
@@ -53,12 +65,7 @@ SCHEMA = pa.schema(
         ("ability", pa.string()),
         ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
         ("extra_info", EXTRA_INFO),
-        ("prompt_ids", pa.list_(pa.int32())),
-        ("response_ids", pa.list_(pa.int32())),
-        ("response_mask", pa.list_(pa.int8())),
-        ("response_logprobs", pa.list_(pa.float32())),
-        ("reward_score", pa.float32()),
-        ("num_turns", pa.int32()),
+        ("agent_loop_output", AGENT_LOOP_OUTPUT),
         ("trimmed_tokens", pa.int32()),
     ]
 )
@@ -121,18 +128,24 @@ def verl_table(shard: pa.Table, tokenizer, first_index: int) -> pa.Table:
         [pa.array(["recorded"] * n), pc.cast(shard["reward"], pa.string()).combine_chunks()],
         names=["style", "ground_truth"],
     )
+    agent_loop_output = pa.StructArray.from_arrays(
+        [
+            prompt_ids,
+            response_ids,
+            response_mask,
+            response_logprobs,
+            shard["reward"].combine_chunks(),
+            pa.array(num_turns, pa.int32()),
+        ],
+        fields=list(AGENT_LOOP_OUTPUT),
+    )
     columns = [
         pc.binary_join_element_wise("seam/", shard["source"], ""),
         pa.array(prompts, pa.list_(MESSAGE)),
         pa.array(["agent"] * n),
         reward_model,
         extra,
-        prompt_ids,
-        response_ids,
-        response_mask,
-        response_logprobs,
-        shard["reward"],
-        pa.array(num_turns, pa.int32()),
+        agent_loop_output,
         pa.array(lengths - end, pa.int32()),
     ]
     return pa.Table.from_arrays(columns, schema=SCHEMA)

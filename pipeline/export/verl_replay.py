@@ -26,12 +26,13 @@ from verl.experimental.agent_loop.agent_loop import (
 
 class ReplayAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        logprobs = kwargs.get("response_logprobs")
+        recorded = kwargs["agent_loop_output"]
+        logprobs = recorded["response_logprobs"]
         return AgentLoopOutput(
-            prompt_ids=[int(t) for t in kwargs["prompt_ids"]],
-            response_ids=[int(t) for t in kwargs["response_ids"]],
-            response_mask=[int(m) for m in kwargs["response_mask"]],
+            prompt_ids=[int(t) for t in recorded["prompt_ids"]],
+            response_ids=[int(t) for t in recorded["response_ids"]],
+            response_mask=[int(m) for m in recorded["response_mask"]],
             response_logprobs=None if logprobs is None else [float(x) for x in logprobs],
-            num_turns=int(kwargs["num_turns"]),
+            num_turns=int(recorded["num_turns"]),
             metrics=AgentLoopMetrics(),
         )

@@ -133,9 +133,13 @@ def test_verl_rows_are_rlhf_dataset_rows_and_agent_loop_outputs(rl_build, tmp_pa
         raw_prompt = tokenizer.apply_chat_template(
             row["prompt"], add_generation_prompt=True, tokenize=False
         )
-        assert tokenizer(raw_prompt, add_special_tokens=False)["input_ids"] == row["prompt_ids"]
-        # The agent loop's output, returned as recorded.
-        output = AgentLoopOutput(**{k: row[k] for k in AgentLoopOutput.model_fields if k in row})
+        recorded = row["agent_loop_output"]
+        assert (
+            tokenizer(raw_prompt, add_special_tokens=False)["input_ids"] == recorded["prompt_ids"]
+        )
+        # The agent loop's output, returned as recorded: the struct's fields are its fields.
+        assert set(recorded) <= set(AgentLoopOutput.model_fields)
+        output = AgentLoopOutput(**recorded)
         assert output.prompt_ids + output.response_ids == s["input_ids"]
         assert len(output.response_mask) == len(output.response_ids)
         assert sum(output.response_mask) == s["num_trainable_tokens"]
@@ -143,7 +147,8 @@ def test_verl_rows_are_rlhf_dataset_rows_and_agent_loop_outputs(rl_build, tmp_pa
         assert (output.response_logprobs is not None) == (s["rollout_id"] == "b0")
     # The lengths verl needs to keep every row, in export.json and the README.
     longest = json.loads((out / "export.json").read_text())["verl_lengths"]
-    p, r = max(len(x["prompt_ids"]) for x in rows), max(len(x["response_ids"]) for x in rows)
+    outputs = [x["agent_loop_output"] for x in rows]
+    p, r = max(len(x["prompt_ids"]) for x in outputs), max(len(x["response_ids"]) for x in outputs)
     assert longest == {"max_prompt_length": p, "max_response_length": r}
     readme = (out / "README.md").read_text()
     assert f"`data.max_prompt_length={p} data.max_response_length={r}`" in readme
@@ -155,7 +160,7 @@ def test_verl_counts_turns_as_messages(rl_build, tmp_path):
     first = next(r for r in load_rows(out, tmp_path) if r["extra_info"]["rollout_id"] == "a0")
     # system, task, assistant (two tool calls), two tool results (one turn each), assistant.
     assert [m["role"] for m in first["prompt"]] == ["system", "user"]
-    assert first["num_turns"] == 6
+    assert first["agent_loop_output"]["num_turns"] == 6
 
 
 class Status(Enum):

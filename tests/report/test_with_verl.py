@@ -36,7 +36,9 @@ PAD = 151643
 
 
 def load(out: Path) -> list[dict]:
-    return list(datasets.load_dataset("parquet", data_dir=str(out), split="train"))
+    """The export's rows, ``agent_loop_output``'s token fields beside the other columns."""
+    rows = datasets.load_dataset("parquet", data_dir=str(out), split="train")
+    return [{**r, **r.pop("agent_loop_output")} for r in rows]
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""``seam export --to verl`` trained by verl's own actor-update code, two steps on CPU
-(skipped where ``verl`` is not installed; ``make test-trainers`` installs it).
+"""``seam export --to verl`` through verl's own code as docs/training.md's ``main_ppo``
+recipe sets it up, trained two steps on CPU (skipped where ``verl`` is not installed;
+``make test-trainers`` installs it).
 
 verl 0.9.1's default worker, ``TrainingWorker`` with the FSDP engine, does not start on a
 CPU-only torch: ``FSDPEngine.__init__`` builds its device mesh with
@@ -7,19 +8,19 @@ CPU-only torch: ``FSDPEngine.__init__`` builds its device mesh with
 (``AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'``; verl registers
 its FSDP engine for ``cuda`` and ``npu`` only and its platform layer falls back to
 ``nvidia``), and ``forward_backward_batch`` moves its token count to
-``get_device_id()`` (``AssertionError: Torch not compiled with CUDA enabled``).
-``verl.workers.engine_workers`` and ``verl.trainer.ppo.ray_trainer`` do not even import
-without verl's ``verl-core`` extra (uvicorn, cachetools). So these tests run verl's own
-code from the batch up, and rebuild only the engine's loop around it, line for line:
+``get_device_id()`` (``AssertionError: Torch not compiled with CUDA enabled``). So these
+tests run verl's own code from the config up, and rebuild only the engine's loop around
+it, line for line:
 
-- the batch as verl's agent loop pads it (``AgentLoopWorker._agent_loop_postprocess``:
-  prompts left-padded to ``rollout.prompt_length``, responses and ``response_mask``
-  right-padded to ``rollout.response_length``, positions from verl's
-  ``compute_position_id_with_mask``), rewards from verl's ``NaiveRewardManager`` with
-  ``pipeline/export/verl_reward.py``, advantages from verl's
-  ``compute_grpo_outcome_advantage``;
-- verl's ``left_right_2_no_padding`` (``ray_trainer._update_actor``; main_ppo's default
-  v1 trainer stores the same unpadded rows, ``loss_mask = response_mask``), ``make_iterator``
+- verl's ``ppo_trainer`` config composed with the documented overrides, its
+  ``RLHFDataset``/``collate_fn`` on the export, its ``AgentLoopWorker`` running the
+  ``seam_replay`` agent loop (``pipeline/export/verl_replay.py``) and padding the outputs
+  (prompts left-padded to ``rollout.prompt_length``, responses and ``response_mask``
+  right-padded to ``rollout.response_length``); the v1 trainer's store of the outputs;
+  rewards from verl's ``NaiveRewardManager`` with ``pipeline/export/verl_reward.py``,
+  advantages from verl's ``compute_grpo_outcome_advantage``;
+- verl's ``left_right_2_no_padding`` (``ray_trainer._update_actor``; the v1 trainer stores
+  the same unpadded rows, ``loss_mask = response_mask``), ``make_iterator``
   (``TrainingWorker.train_mini_batch``), ``prepare_micro_batches`` and the global
   ``batch_num_tokens`` all-reduced over a gloo group of one
   (``FSDPEngine.forward_backward_batch``), log-probs as ``FSDPEngineWithLMHead`` computes
@@ -27,8 +28,8 @@ code from the batch up, and rebuild only the engine's loop around it, line for l
   ``ppo_loss`` (``workers/utils/losses.py``), then clip and AdamW as
   ``FSDPEngine.optimizer_step``.
 
-Rollouts here: ``one`` (1 segment), ``four`` (4 segments: three compactions) and ``two``
-(2 segments), one task.
+Rollouts here: ``one`` (1 segment, its last call cut by the length limit), ``four`` (4
+segments: three compactions) and ``two`` (2 segments), one task.
 """
 
 from __future__ import annotations
@@ -46,12 +47,17 @@ pytest.importorskip("verl")
 torch = pytest.importorskip("torch")
 
 import datasets  # noqa: E402
+import hydra  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import verl.trainer.config  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
+from tensordict import NonTensorStack  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
     AgentLoopWorker,
+    DictConfigWrap,
+    ToolListWrap,
+    _agent_loop_registry,
     get_trajectory_info,
 )
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage  # noqa: E402
@@ -82,7 +88,6 @@ from tests.report.conftest import (  # noqa: E402
 )
 from trainer.models import build_tiny_model, policy_hidden, token_logprobs  # noqa: E402
 
-PAD = 151643  # Qwen2.5's <|endoftext|>, the tokenizer's pad token
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "training.md"
 
@@ -143,8 +148,10 @@ def verl_out(build_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def verl_rows(verl_out) -> list[dict]:
-    """The export, read as verl's ``RLHFDataset`` reads Parquet (``datasets``)."""
-    rows = list(datasets.load_dataset("parquet", data_dir=str(verl_out), split="train"))
+    """The export, read as verl's ``RLHFDataset`` reads Parquet (``datasets``), with
+    ``agent_loop_output``'s token fields beside the other columns."""
+    rows = datasets.load_dataset("parquet", data_dir=str(verl_out), split="train")
+    rows = [{**r, **r.pop("agent_loop_output")} for r in rows]  # the token fields beside the rest
     segments = defaultdict(int)
     for r in rows:
         segments[r["extra_info"]["rollout_id"]] += 1
@@ -207,7 +214,15 @@ def recipe(verl_out, verl_lengths, tiny_model_dir):
 
 
 @pytest.fixture(scope="module")
-def verl_batch(recipe) -> DataProto:
+def verl_worker(recipe):
+    """verl's ``AgentLoopWorker`` built from the recipe (no rollout server: the replay loop
+    samples nothing) and verl's ``RLHFDataset`` on the export's files."""
+    worker = AgentLoopWorker(recipe, llm_client=None)
+    return worker, RLHFDataset(recipe.data.train_files, worker.tokenizer, recipe.data)
+
+
+@pytest.fixture(scope="module")
+def verl_batch(recipe, verl_worker) -> DataProto:
     """The batch verl's trainer holds after generation (``ray_trainer.fit``): its
     ``RLHFDataset`` reads the export, ``collate_fn`` batches every row, a ``uid`` per row
     (``rollout.n=1``), then its ``AgentLoopWorker`` runs the documented agent loop
@@ -217,8 +232,7 @@ def verl_batch(recipe) -> DataProto:
     back. ``generate_sequences`` is those steps; it is not called as a whole because
     without the trainer's reward-loop workers it would also merge every dataset column
     into the batch, where the export's ``response_mask`` column meets verl's own."""
-    worker = AgentLoopWorker(recipe, llm_client=None)
-    dataset = RLHFDataset(recipe.data.train_files, worker.tokenizer, recipe.data)
+    worker, dataset = verl_worker
     batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
     columns = batch.non_tensor_batch
     agent = recipe.actor_rollout_ref.rollout.agent.default_agent_loop
@@ -288,8 +302,9 @@ def engine_log_probs(model, micro_batch) -> torch.Tensor:
     input_ids, position_ids = micro_batch["input_ids"], micro_batch["position_ids"]
     lengths = input_ids.offsets().diff()
     width, n = int(lengths.max()), len(lengths)
+    pad = tu.get_non_tensor_data(data=micro_batch, key="pad_token_id", default=0)
     logits = model(
-        input_ids=torch.nested.to_padded_tensor(input_ids, PAD, output_size=(n, width)),
+        input_ids=torch.nested.to_padded_tensor(input_ids, pad, output_size=(n, width)),
         attention_mask=build_attention_mask_from_nested(input_ids, max_seq_len=width),
         position_ids=torch.nested.to_padded_tensor(position_ids, 0, output_size=(n, width)),
         use_cache=False,
@@ -450,6 +465,41 @@ def test_rollouts_of_1_and_4_segments_get_their_token_shares(verl_batch):
     local = gradient_shares(batch, global_token_count=False)
     assert local["four"] == pytest.approx(4 / 5, rel=1e-6)
     assert local["four"] != pytest.approx(token_shares["four"], rel=1e-2)
+
+
+def test_main_ppos_v1_store_keeps_verls_masks(recipe, verl_worker, verl_rows):
+    """main_ppo's default (v1) trainer batches the dataset with ``tu.get_tensordict``,
+    hands each row's columns to the agent loop (``AgentLoopWorkerTQ.generate_sequences``)
+    and stores ``output.as_dict()`` updated with those columns, then ``loss_mask =
+    response_mask`` (``_agent_loop_postprocess``), stacked by ``list_of_dict_to_tensordict``.
+    The export's columns must not replace verl's masks: a top-level ``response_mask`` list
+    column did (the stored mask was a non-tensor), so the token fields are one struct."""
+    worker, dataset = verl_worker
+    td = tu.get_tensordict(collate_fn([dataset[i] for i in range(len(dataset))]))
+    loop = hydra.utils.instantiate(
+        _agent_loop_registry[recipe.actor_rollout_ref.rollout.agent.default_agent_loop],
+        trainer_config=DictConfigWrap(config=recipe),
+        server_manager=None,
+        tokenizer=worker.tokenizer,
+        processor=worker.processor,
+        hf_model_type=worker.hf_model_type,
+        dataset_cls=worker.dataset_cls,
+        data_config=DictConfigWrap(recipe.data),
+        tools=ToolListWrap(worker.tools),
+    )
+    fields = []
+    for i in range(len(td)):
+        row = {k: v[i].data for k, v in td.items() if isinstance(v, NonTensorStack)}
+        field = asyncio.run(loop.run({}, **row)).as_dict()
+        field.update(row)
+        field["loss_mask"] = field["response_mask"]
+        fields.append(field)
+    stored = tu.list_of_dict_to_tensordict(fields)
+    assert isinstance(stored["loss_mask"], torch.Tensor) and stored["loss_mask"].is_nested
+    by_index = {r["extra_info"]["index"]: r for r in verl_rows}
+    for i, field in enumerate(fields):
+        recorded = by_index[field["extra_info"]["index"]]["response_mask"]
+        assert stored["loss_mask"][i].tolist() == recorded
 
 
 def test_recorded_advantages_are_verls_grpo_over_rollouts(verl_rows):
