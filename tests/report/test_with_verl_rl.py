@@ -77,12 +77,12 @@ from verl.workers.utils.padding import (  # noqa: E402
 
 from pipeline.build import BuildConfig, run_build  # noqa: E402
 from pipeline.export import export_build  # noqa: E402
-from schemas.rollout import MessageEvent, Rollout  # noqa: E402
 from tests.judge.rollouts import Story  # noqa: E402
 from tests.report.conftest import (  # noqa: E402
     FAIL,
     SECOND_SUMMARY,
     SUMMARY,
+    cut_at_max_tokens,
     one_compaction,
     shard_rows,
 )
@@ -106,13 +106,6 @@ def three_compactions(rollout_id: str) -> Story:
     )
 
 
-def cut_by_max_tokens(rollout: Rollout) -> Rollout:
-    """The rollout with a last call cut by the length limit: its rendered end-of-turn is
-    not trained, so its segment ends with untrained tokens, which the export cuts."""
-    cut = MessageEvent(id="cut", role="assistant", content="Let me", finish_reason="length")
-    return rollout.model_copy(update={"events": [*rollout.events, cut]})
-
-
 @pytest.fixture(scope="module")
 def build_dir(tmp_path_factory) -> Path:
     """``one`` ends with a call cut by max tokens. The build uses the sample std
@@ -120,7 +113,7 @@ def build_dir(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("verl-rl")
     one = Story("one").act(("bash", {"command": "pytest"}, FAIL)).build(reward=1.0)
     rollouts = [
-        cut_by_max_tokens(one),
+        cut_at_max_tokens(one),
         three_compactions("four").build(reward=0.0),
         one_compaction("two").build(reward=1.0),
     ]
