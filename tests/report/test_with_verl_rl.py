@@ -86,6 +86,7 @@ from tests.report.conftest import (  # noqa: E402
     one_compaction,
     shard_rows,
 )
+from tests.strategies import log_token_ids  # noqa: E402
 from trainer.models import build_tiny_model, policy_hidden, token_logprobs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,15 +108,16 @@ def three_compactions(rollout_id: str) -> Story:
 
 
 @pytest.fixture(scope="module")
-def build_dir(tmp_path_factory) -> Path:
-    """``one`` ends with a call cut by max tokens. The build uses the sample std
-    (``std_ddof=1``), as verl's GRPO does."""
+def build_dir(tmp_path_factory, renderer) -> Path:
+    """``two`` (first) logged its sampling log-probs, the others did not; ``one`` ends with
+    a call cut by max tokens. The build uses the sample std (``std_ddof=1``), as verl's
+    GRPO does."""
     tmp = tmp_path_factory.mktemp("verl-rl")
     one = Story("one").act(("bash", {"command": "pytest"}, FAIL)).build(reward=1.0)
     rollouts = [
+        log_token_ids(one_compaction("two").build(reward=1.0), renderer, "full", 3),
         cut_at_max_tokens(one),
         three_compactions("four").build(reward=0.0),
-        one_compaction("two").build(reward=1.0),
     ]
     (tmp / "in.jsonl").write_text(
         "\n".join(r.model_dump_json(exclude_none=True) for r in rollouts) + "\n"
@@ -151,6 +153,8 @@ def verl_rows(verl_out) -> list[dict]:
     assert segments == {"one": 1, "four": 4, "two": 2}
     (one,) = [r for r in rows if r["extra_info"]["rollout_id"] == "one"]
     assert one["trimmed_tokens"] > 0  # the cut call's untrained end-of-turn
+    logged = [r["response_logprobs"] is not None for r in rows]
+    assert logged[0] and not all(logged)  # a batch mixes logged and unlogged rows
     return rows
 
 
