@@ -7,8 +7,8 @@ accelerator is found. Importing this module registers ``cpu``: device ``cpu``, p
 group backend ``gloo``, Ray resource ``CPU``, and as the device module
 (``get_torch_device()``) ``torch.cpu`` plus the few calls verl makes on it that only an
 accelerator has (memory caches: none on CPU; the RNG: the CPU generator's).
-``register_fsdp_engines`` adds verl's FSDP engines for device ``cpu`` to its
-``EngineRegistry``. Run as a module, it is verl's ``sft_trainer`` on CPU (docs/sft.md,
+``use_cpu_platform`` puts a process on it: ``VERL_PLATFORM=cpu``, verl's FSDP engines
+registered for device ``cpu`` in its ``EngineRegistry``, a trl 1.x hidden. Run as a module, it is verl's ``sft_trainer`` on CPU (docs/sft.md,
 "What is checked where", has the overrides a CPU needs):
 
     VERL_PLATFORM=cpu torchrun --standalone --nproc_per_node=1 \
@@ -194,14 +194,21 @@ def hide_trl_without_value_head() -> None:
         sys.modules["trl"] = None  # type: ignore[assignment]
 
 
+def use_cpu_platform() -> None:
+    """This process on verl's CPU platform: ``VERL_PLATFORM=cpu`` (before verl resolves
+    its platform, on import), trl 1.x hidden, verl's FSDP engines registered for ``cpu``."""
+    os.environ["VERL_PLATFORM"] = NAME
+    hide_trl_without_value_head()
+    register_fsdp_engines()
+
+
 def sft_main() -> None:
     """verl's ``sft_trainer`` entry point on the CPU platform: ``main`` (its config, its
     ``auto_set_device``) and ``run_sft``, whose ``initialize_global_process_group`` asks for
     ``cpu:gloo,{device}:{backend}`` -- ``cpu:gloo,cpu:gloo`` here, which torch refuses as a
     duplicate device type -- so the process group is a plain ``gloo`` one, created the
     same way from torchrun's environment; ``SFTTrainer`` and its ``fit`` are verl's."""
-    os.environ["VERL_PLATFORM"] = NAME  # before verl resolves its platform (on import)
-    hide_trl_without_value_head()
+    use_cpu_platform()
     import hydra
     import torch.distributed
     import verl.trainer.sft_trainer as sft_trainer
@@ -212,7 +219,6 @@ def sft_main() -> None:
     @hydra.main(config_path=config_dir, config_name="sft_trainer_engine", version_base=None)
     def main(config) -> None:
         auto_set_device(config)
-        register_fsdp_engines()
         torch.distributed.init_process_group(backend="gloo")
         sft_trainer.SFTTrainer(config=config).fit()
         torch.distributed.destroy_process_group()
