@@ -34,6 +34,7 @@ torch = pytest.importorskip("torch")
 import pipeline.export.verl_sft  # noqa: E402
 from pipeline.export import export_build  # noqa: E402
 from tests.report.conftest import shard_rows  # noqa: E402
+from tests.report.test_with_verl_sft import own_loss  # noqa: E402
 from trainer.models import build_tiny_model  # noqa: E402
 
 ROOT = Path(pipeline.export.verl_sft.__file__).parents[2]
@@ -86,22 +87,6 @@ def run_on_cpu(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
-def own_loss(model_dir: Path, rows) -> float:
-    """Mean negative log-likelihood of the rows' trainable tokens, each row run alone."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    nll, count = 0.0, 0
-    with torch.no_grad():
-        for row in rows:
-            ids = torch.as_tensor(row["input_ids"])[None]
-            mask = torch.as_tensor(row["loss_mask"], dtype=torch.bool)[1:]
-            logp = model(input_ids=ids).logits[0, :-1].log_softmax(-1)
-            nll -= float(logp.gather(-1, ids[0, 1:, None])[:, 0][mask].sum())
-            count += int(mask.sum())
-    return nll / count
-
-
 def test_verls_sft_trainer_trains_seams_trainable_tokens_on_cpu(
     sft_build, tiny_model_dir, tmp_path
 ):
@@ -134,7 +119,10 @@ def test_verls_sft_trainer_trains_seams_trainable_tokens_on_cpu(
     assert all(math.isfinite(loss) for loss in losses.values())
     # Step 1 sees the untrained model: verl's loss is the mean NLL of exactly seam's
     # trainable tokens (184 in the 5 rows) over the whole batch, however it split it.
-    assert losses[1] == pytest.approx(own_loss(model_dir, rows), rel=1e-5)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    assert losses[1] == pytest.approx(own_loss(model, rows), rel=1e-5)
     assert losses[2] < losses[1]  # the same rows again, one AdamW step later
     assert (tmp_path / "checkpoints" / "global_step_2" / "huggingface").is_dir()
 
