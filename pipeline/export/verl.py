@@ -22,6 +22,10 @@ the score on the last response token and its GAE skips tokens with ``response_ma
 so a response ending in untrained tokens (a truncated call whose rendered end-of-turn
 is not trained) would lose its reward (A ≡ 0). The tokens cut there are context for
 nothing later in the segment; ``trimmed_tokens`` counts them per row.
+
+``extra_info`` also carries each segment's ``trainable_tokens_after`` (N_{>s}) and its
+rollout's ``rollout_trainable_tokens``: the per-row numbers of seam's cross-trajectory GAE
+(``verl_gae.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ EXTRA_INFO = pa.struct(
         ("num_compactions", pa.int32()),
         ("advantage", pa.float32()),
         ("group_size", pa.int32()),
+        ("trainable_tokens_after", pa.int32()),
+        ("rollout_trainable_tokens", pa.int32()),
     ]
 )
 AGENT_LOOP_OUTPUT = pa.struct(
@@ -119,6 +125,8 @@ def verl_table(shard: pa.Table, tokenizer, first_index: int) -> pa.Table:
                     "num_compactions",
                     "advantage",
                     "group_size",
+                    "trainable_tokens_after",
+                    "rollout_trainable_tokens",
                 )
             ),
         ],

@@ -130,6 +130,9 @@ def test_verl_rows_are_rlhf_dataset_rows_and_agent_loop_outputs(rl_build, tmp_pa
             row["extra_info"]["index"] == index
             and row["extra_info"]["rollout_id"] == s["rollout_id"]
         )
+        # The per-row numbers of seam's cross-trajectory GAE (verl_gae.py).
+        for name in ("trainable_tokens_after", "rollout_trainable_tokens"):
+            assert row["extra_info"][name] == s[name]
         raw_prompt = tokenizer.apply_chat_template(
             row["prompt"], add_generation_prompt=True, tokenize=False
         )
