@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import (
@@ -13,6 +14,9 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+
+if TYPE_CHECKING:
+    from pipeline.worker import TaskResult
 
 console = Console(stderr=True)
 
@@ -39,9 +43,9 @@ def task_progress(enabled: bool, total: int, already_done: int, label: str = "bu
         bar = progress.add_task(label, total=total, completed=already_done, rollouts=0)
         seen = 0
 
-        def advance(result: dict) -> None:
+        def advance(result: TaskResult) -> None:
             nonlocal seen
-            seen += result["counts"].get("read", 0)
+            seen += result.counts.get("read", 0)
             progress.update(bar, advance=1, rollouts=seen)
 
         yield advance
