@@ -135,6 +135,20 @@ def test_no_calls_no_segments(renderer):
     assert cut(renderer) == []
 
 
+def chat(*texts: str):
+    """A rollout of one system message, then user/assistant turns alternating from
+    ``texts`` (ids s, u1, a1, u2, a2, ...)."""
+    from schemas.rollout import Rollout
+
+    events = [{"type": "message", "id": "s", "role": "system", "content": "S"}]
+    for i, text in enumerate(texts):
+        role, n = ("user", "u") if i % 2 == 0 else ("assistant", "a")
+        events.append({"type": "message", "id": f"{n}{i // 2 + 1}", "role": role, "content": text})
+    return Rollout.model_validate(
+        {"rollout_id": "r", "task_id": "t", "source": "hand", "reward": 1.0, "events": events}
+    )
+
+
 def test_a_logged_prompt_that_retokenizes_an_earlier_turn_after_rendered_calls_is_a_seam(
     renderer,
 ):
@@ -143,28 +157,8 @@ def test_a_logged_prompt_that_retokenizes_an_earlier_turn_after_rendered_calls_i
     not the last turn: a context the model saw differently, so a seam — which only holds
     if the segment tracks where its last output starts through the message-level path."""
     from schemas.replay import replay
-    from schemas.rollout import Rollout
 
-    def message(mid: str, role: str, content: str) -> dict:
-        return {"type": "message", "id": mid, "role": role, "content": content}
-
-    rollout = Rollout.model_validate(
-        {
-            "rollout_id": "r",
-            "task_id": "t",
-            "source": "hand",
-            "reward": 1.0,
-            "events": [
-                message("s", "system", "S"),
-                message("u1", "user", "Go."),
-                message("a1", "assistant", "hello world"),
-                message("u2", "user", "More."),
-                message("a2", "assistant", "Done."),
-                message("u3", "user", "Last."),
-                message("a3", "assistant", "ok"),
-            ],
-        }
-    )
+    rollout = chat("Go.", "hello world", "More.", "Done.", "Last.", "ok")
     third = replay(rollout)[2]
     prompt, _ = renderer.engine_view(list(third.context), third.message, None)
     canonical = renderer.encode("hello world").tolist()
@@ -190,30 +184,8 @@ def test_a_logged_prompt_after_an_output_realigned_at_the_message_level_extends_
     goes on: the engine's view must hold the re-tokenized output exactly where call 2's
     output is, not anywhere else."""
     from schemas.replay import replay
-    from schemas.rollout import Rollout
 
-    def message(mid: str, role: str, content: str) -> dict:
-        return {"type": "message", "id": mid, "role": role, "content": content}
-
-    rollout = Rollout.model_validate(
-        {
-            "rollout_id": "r",
-            "task_id": "t",
-            "source": "hand",
-            "reward": 1.0,
-            "events": [
-                message("s", "system", "S"),
-                message("u1", "user", "Go."),
-                message("a1", "assistant", "Start."),
-                message("u2", "user", "More."),
-                message("a2", "assistant", "hello world"),
-                message("u3", "user", "Again."),
-                message("a3", "assistant", "Done."),
-                message("u4", "user", "Last."),
-                message("a4", "assistant", "ok"),
-            ],
-        }
-    )
+    rollout = chat("Go.", "Start.", "More.", "hello world", "Again.", "Done.", "Last.", "ok")
     sampled = renderer.encode("hel").tolist() + renderer.encode("lo world").tolist() + [EOS]
     calls = rollout.calls()
     calls[1].output_ids = sampled
@@ -227,28 +199,7 @@ def test_a_logged_prompt_after_an_output_realigned_at_the_message_level_extends_
 
 
 def _four_turns(renderer, a2_content: str = "hello world"):
-    from schemas.rollout import Rollout
-
-    def message(mid: str, role: str, content: str) -> dict:
-        return {"type": "message", "id": mid, "role": role, "content": content}
-
-    return Rollout.model_validate(
-        {
-            "rollout_id": "r",
-            "task_id": "t",
-            "source": "hand",
-            "reward": 1.0,
-            "events": [
-                message("s", "system", "S"),
-                message("u1", "user", "Go."),
-                message("a1", "assistant", "Start."),
-                message("u2", "user", "More."),
-                message("a2", "assistant", a2_content),
-                message("u3", "user", "Again."),
-                message("a3", "assistant", "Done."),
-            ],
-        }
-    )
+    return chat("Go.", "Start.", "More.", a2_content, "Again.", "Done.")
 
 
 def test_a_logged_output_with_the_template_s_own_ids_is_no_drift(renderer):

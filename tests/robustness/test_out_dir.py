@@ -115,10 +115,12 @@ def test_a_failed_build_leaves_nothing_a_loader_reads(tmp_path):
         pl.scan_parquet(out / "train-*.parquet").collect()
 
 
-def test_out_that_is_a_file_fails_in_one_line_naming_it(tmp_path):
+@pytest.mark.parametrize("command", ["build-rl", "ingest"])
+def test_out_that_is_a_file_fails_in_one_line_naming_it(tmp_path, command):
     src = _inputs(tmp_path / "in")
     (tmp_path / "afile").write_text("x")
     for out, message in (("afile", "is a file, not a directory"), ("afile/out", "cannot create")):
-        done = run_seam([*SEAM, "build-rl", str(src), "--out", out, "--no-progress"], tmp_path)
+        done = run_seam([*SEAM, command, str(src), "--out", out, "--no-progress"], tmp_path)
         assert done.returncode == 2 and message in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1 and "space" not in done.stderr
+        assert "Traceback" not in done.stderr
