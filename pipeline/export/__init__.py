@@ -126,16 +126,9 @@ def export_build(
         )
         + "\n",
     )
+    verl_lengths = longest if target == "verl" else None
     return ExportResult(
-        out,
-        target,
-        mode,
-        rows,
-        files,
-        dropped,
-        dropped_trainable,
-        table,
-        longest if target == "verl" else None,
+        out, target, mode, rows, files, dropped, dropped_trainable, table, verl_lengths
     )
 
 
@@ -204,12 +197,7 @@ def _write_parquet(
             table = trl.sft_table(shard) if mode == "sft" else trl.grpo_table(shard)
         else:
             table = verl.verl_table(shard, decoder, index)
-            for key, column in (
-                ("max_prompt_length", "prompt_ids"),
-                ("max_response_length", "response_ids"),
-            ):
-                ids = pc.struct_field(table["agent_loop_output"], column)
-                most = pc.max(pc.list_value_length(ids)).as_py() or 0
+            for key, most in verl.longest(table).items():
                 longest[key] = max(longest.get(key, 0), most)
         index += shard.num_rows
         schema = table.schema

@@ -159,6 +159,19 @@ def verl_table(shard: pa.Table, tokenizer, first_index: int) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=SCHEMA)
 
 
+def longest(table: pa.Table) -> dict[str, int]:
+    """The longest prompt and response of ``verl_table``'s rows, under the names of the
+    verl settings that must hold them."""
+    out = {}
+    for key, column in (
+        ("max_prompt_length", "prompt_ids"),
+        ("max_response_length", "response_ids"),
+    ):
+        ids = pc.struct_field(table["agent_loop_output"], column)
+        out[key] = pc.max(pc.list_value_length(ids)).as_py() or 0
+    return out
+
+
 def lengths_line(longest: dict[str, int]) -> str:
     """What to set so verl keeps every row: its agent loop pads prompts to
     ``data.max_prompt_length`` and responses to ``data.max_response_length``
