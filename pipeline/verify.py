@@ -162,8 +162,10 @@ def verify_build(
         positions.append((file, line, rollout.rollout_id))
         if rollout.rollout_id in wanted:
             rollouts.setdefault(rollout.rollout_id, []).append(rollout)
+    with_rows: Counter = Counter()  # per id, the rollouts of that id that have rows
     for group in _row_groups(shards, wanted):
         rollout_id = group[0][2]["rollout_id"]
+        with_rows[rollout_id] += 1
         candidates = rollouts.get(rollout_id, [])
         source = group[0][2]["source"]
         counts: Counter = Counter()  # this group's (an id may name two rollouts)
@@ -200,18 +202,8 @@ def verify_build(
         result.by_source[source].update(counts)
         result.by_source[source]["rollouts"] += 1
     if mode == "all":
-        result.mismatches.extend(_unaccounted(out, manifest, positions, _with_rows(shards)))
+        result.mismatches.extend(_unaccounted(out, manifest, positions, with_rows))
     return result
-
-
-def _with_rows(shards: list[Path]) -> Counter:
-    """Per rollout id, how many rollouts of that id have rows (a group starts at segment 0)."""
-    groups: Counter = Counter()
-    for shard in shards:
-        table = pq.read_table(shard, columns=["rollout_id", "segment_index"])
-        firsts = pc.equal(table["segment_index"], 0)
-        groups.update(table.filter(firsts)["rollout_id"].to_pylist())
-    return groups
 
 
 def _unaccounted(
@@ -226,7 +218,7 @@ def _unaccounted(
             for text in fh:
                 entry = json.loads(text)
                 quarantined.add((str(entry.get("file")), entry.get("line")))
-    left = Counter(with_rows)
+    left = with_rows.copy()
     missing = []
     for file, line, rollout_id in positions:
         if left[rollout_id] > 0:
