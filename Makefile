@@ -9,6 +9,9 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM ?= true
 # Real public samples for the reader tests, when this checkout sits beside them (CI does).
 export SEAM_REALWORLD_DIR ?= $(wildcard $(CURDIR)/../shared/realworld)
+# The newer real files (issue 22: attachments, compaction calls, forked and multi-snapshot Codex),
+# apart so the tests over SEAM_REALWORLD_DIR keep their counts.
+export SEAM_REALWORLD_NEW_DIR ?= $(wildcard $(CURDIR)/../shared/realworld-new)
 
 SAMPLE := data/sample
 
