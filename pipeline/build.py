@@ -213,6 +213,10 @@ def _check_out_dir(out: Path, fingerprint: str, overwrite: bool) -> bool:
     not write into, before deleting anything: a different build without ``--overwrite``,
     or one holding entries seam did not write (``--overwrite`` never deletes those)."""
     manifest_path = out / "manifest.json"
+    if manifest_path.exists() and "manifest.json" not in out_dir.written(out):
+        # Another tool's manifest (or a build from before the record): nothing in it is
+        # trusted, whatever it lists; the directory is refused in one line.
+        _refuse_foreign(out)
     if manifest_path.exists():
         try:
             manifest = json.loads(manifest_path.read_text())
@@ -244,16 +248,20 @@ def _check_out_dir(out: Path, fingerprint: str, overwrite: bool) -> bool:
             raise BuildError(
                 f"{out} already holds a different build; pass --overwrite to replace it or choose another --out"
             )
-    try:
-        out_dir.refuse_foreign(out)
-    except out_dir.OutDirError as exc:
-        raise BuildError(str(exc)) from None
+    _refuse_foreign(out)
     # What is left is seam's: a build to replace (--overwrite), an interrupted build whose
     # finished parts resume (if the fingerprint still matches) and whatever it had
     # finalized is rewritten from them, or the leftovers of a killed --overwrite.
     interrupted = (out / ".parts" / "fingerprint").exists() and not manifest_path.exists()
     out_dir.clear_written(out, keep=(".lock", ".parts") if interrupted else (".lock",))
     return False
+
+
+def _refuse_foreign(out: Path) -> None:
+    try:
+        out_dir.refuse_foreign(out)
+    except out_dir.OutDirError as exc:
+        raise BuildError(str(exc)) from None
 
 
 def _remove_temporaries(out: Path) -> None:

@@ -6,11 +6,14 @@ the record always covers what is on disk, even after a kill. ``--overwrite`` del
 exactly the recorded entries (plus seam's own ``.lock``, ``.parts`` and temporaries);
 a directory holding anything else is refused before anything is deleted, and so is an
 ``--out`` that contains an input or lies inside an input directory.
+
+The record is the only thing trusted: a ``manifest.json`` is never read for names to
+delete (another tool's manifest may list ``notes.txt`` or ``.bashrc``), so a directory
+without a record holds nothing seam may delete.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -19,8 +22,6 @@ from pathlib import Path
 RECORD = ".seam-written"
 # seam's own bookkeeping: the lock, a build's parts, the record, temporary files.
 _BOOKKEEPING = re.compile(r"^(\.lock|\.parts|\.seam-written|\..+\.tmp)$")
-# What a build wrote before the record existed (seam ≤ 0.x): recognised through its manifest.
-_LEGACY_BUILD_FILES = ("manifest.json", "README.md", "quarantine.jsonl", "pairs")
 
 
 class OutDirError(ValueError):
@@ -46,16 +47,11 @@ def check_no_overlap(out: Path, inputs: list[Path], input_dirs: list[Path]) -> N
 
 
 def written(out: Path) -> set[str]:
-    """Names of the entries seam recorded writing into ``out``."""
+    """Names of the entries seam recorded writing into ``out`` (none without a record)."""
     record = out / RECORD
     if record.is_file() and not record.is_symlink():
         return {n for n in record.read_text(encoding="utf-8").splitlines() if n}
-    manifest = out / "manifest.json"
-    try:  # a build from before the record: its manifest lists its shards
-        names = json.loads(manifest.read_text())["shards"]
-        return {*names, *_LEGACY_BUILD_FILES} if isinstance(names, list) else set()
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
+    return set()
 
 
 def foreign_entries(out: Path) -> list[str]:

@@ -335,7 +335,7 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
     part_path.parent.mkdir(parents=True, exist_ok=True)
     table = batch.to_table()
     atomic_write(part_path, lambda tmp: feather.write_feather(table, tmp, compression="zstd"))
-    write_bytes(quarantine_path, b"".join(quarantine_lines))
+    write_bytes(quarantine_path, b"".join(quarantine_lines), private=True)  # raw session text
     result = TaskResult(
         task=task.index,
         file=task.path,

@@ -265,7 +265,8 @@ def merge_quarantine(
             dst.writelines(extra)
             n += len(extra)
 
-    atomic_write(Path(dest or out) / "quarantine.jsonl", write)
+    # 0600 whatever the umask: entries hold raw session text (the shards follow the umask).
+    atomic_write(Path(dest or out) / "quarantine.jsonl", write, private=True)
     return n
 
 

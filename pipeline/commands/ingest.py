@@ -92,7 +92,7 @@ def _write(out: Path, tasks, args, rewards) -> _Stats:
             rollouts = _ingest(tasks, args, rewards, stats, quarantine)
             write_canonical_parquet(rollouts, out / "rollouts.parquet")
 
-    atomic_write(out / "quarantine.jsonl", write_both)
+    atomic_write(out / "quarantine.jsonl", write_both, private=True)  # raw session text
     write_text(out / SUMMARY_FILE, json.dumps(stats.as_dict(), indent=2, sort_keys=True))
     return stats
 

@@ -76,6 +76,26 @@ def test_overwrite_deletes_only_what_seam_wrote(tmp_path):
     assert sorted(p.name for p in out.glob("*.parquet")) == second.shards
 
 
+@pytest.mark.parametrize("overwrite", [True, False])
+def test_another_tools_manifest_is_never_a_list_of_files_to_delete(tmp_path, overwrite):
+    """A folder holding another tool's ``manifest.json`` whose ``shards`` list names the
+    user's files: only ``.seam-written`` says what seam wrote, so nothing is deleted."""
+    src = _inputs(tmp_path / "in")
+    out = tmp_path / "theirs"
+    out.mkdir()
+    (out / "manifest.json").write_text('{"shards": ["notes.txt", ".bashrc"], "tool": "x"}')
+    (out / "notes.txt").write_text("my notes")
+    (out / ".bashrc").write_text("alias ll='ls -l'")
+    (out / "README.md").write_text("their readme")
+    before = _tree(out)
+    args = [*SEAM, "build-rl", str(src), "--out", str(out), "--no-progress", "--verify", "none"]
+    done = run_seam(args + (["--overwrite"] if overwrite else []), tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "seam did not write (.bashrc, README.md, manifest.json, notes.txt)" in done.stderr
+    assert _tree(out) == before
+
+
 def test_a_planted_lock_symlink_is_not_followed(tmp_path):
     src = _inputs(tmp_path / "in")
     out = tmp_path / "out"
