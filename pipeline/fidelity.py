@@ -34,6 +34,7 @@ REASONS: dict[str, str] = {
     "missing_system_prompt": "the log does not record the system prompt the model received",
     "missing_tool_schemas": "the log does not record the tool schemas the model received",
     "synthesized_summary_call": "the summary call was not logged; seam synthesized it",
+    "redacted_reasoning": "a call reasoned, but the log holds no text of it (a signature or an encrypted blob): its trained output is the visible text and tool calls only",
 }
 
 # Reasons that mean the file is damaged (not merely silent about a part of the context):
@@ -52,6 +53,10 @@ SYNTHESIZED_KEY = "synthesized_call"
 # any other kind is an opaque summary.
 OPAQUE_REASONS = {"web_search_results": "opaque_tool_result"}
 REPORTED_KEY = "reported_input_tokens"
+# On a call whose reasoning the log holds only as a signature or an encrypted blob: how
+# many such reasoning blocks (items) the response had. A segment whose calls or context
+# hold such a call says ``redacted_reasoning`` (docs/data.md, "Redacted reasoning").
+REDACTED_KEY = "redacted_reasoning"
 
 
 def add_fidelity(meta: dict, reason: str, detail: str, event_id: str | None = None) -> None:
@@ -87,10 +92,12 @@ def _positions(rollout: Rollout) -> dict[str, int]:
     return where
 
 
-def _has_opaque(rollout: Rollout) -> bool:
+def _has_meta(rollout: Rollout, key: str) -> bool:
+    """A message of the rollout (an event, or one a rewrite put into the context: Codex's
+    replacement history) carries ``meta[key]``."""
     for event in rollout.events:
         items = event.context if isinstance(event, RewriteEvent) else (event,)
-        if any(isinstance(m, MessageEvent) and OPAQUE_KEY in m.meta for m in items):
+        if any(isinstance(m, MessageEvent) and key in m.meta for m in items):
             return True
     return False
 
@@ -115,10 +122,16 @@ def segment_fidelity(rollout: Rollout, segments: Sequence[SpannedSegment]) -> li
     without (or with an id not in the rollout) applies to every segment. A segment whose
     last call's context holds an opaque item gets ``opaque_summary`` (or the reason
     ``OPAQUE_REASONS`` gives its kind); one that holds a call seam synthesized gets that
-    call's ``meta.synthesized_call`` reason.
+    call's ``meta.synthesized_call`` reason; one whose calls or context hold a call with
+    ``meta.redacted_reasoning`` gets ``redacted_reasoning``.
     """
     found = entries(rollout)
-    if not found and not _has_opaque(rollout) and not _has_synthesized(rollout):
+    if (
+        not found
+        and not _has_meta(rollout, OPAQUE_KEY)
+        and not _has_synthesized(rollout)
+        and not _has_meta(rollout, REDACTED_KEY)
+    ):
         return [[EXACT] for _ in segments]  # the common case: no second replay
     calls: list[CallView] = replay(rollout)
     where = _positions(rollout)
@@ -138,6 +151,8 @@ def segment_fidelity(rollout: Rollout, segments: Sequence[SpannedSegment]) -> li
                 for m in calls[last].context
                 if OPAQUE_KEY in m.meta
             )
+        if last is not None and _sees_redacted(calls[last]):
+            reasons.add(REDACTED_KEY)
         reasons.update(
             str(calls[s.call_index].message.meta[SYNTHESIZED_KEY])
             for s in seg.spans
@@ -145,6 +160,17 @@ def segment_fidelity(rollout: Rollout, segments: Sequence[SpannedSegment]) -> li
         )
         result.append(sorted(reasons) or [EXACT])
     return result
+
+
+def _sees_redacted(call: CallView) -> bool:
+    """The call (the segment's last) or an earlier call in its context reasoned without
+    a logged text: the segment trains an incomplete output, or its context lacks
+    reasoning the model was sent back (Claude's thinking blocks within a tool loop,
+    Codex's encrypted reasoning items), or both. Every output a segment trains lies in
+    its last call's context, so this one check covers all of its calls."""
+    return REDACTED_KEY in call.message.meta or any(
+        m.role == "assistant" and REDACTED_KEY in m.meta for m in call.context
+    )
 
 
 def _has_synthesized(rollout: Rollout) -> bool:

@@ -47,6 +47,25 @@ def test_an_opaque_item_flags_the_segments_whose_context_holds_it(renderer):
     assert _fidelity(renderer, rollout) == [["exact"], ["opaque_summary"]]
 
 
+def test_redacted_reasoning_flags_the_segments_that_train_or_see_the_call(renderer):
+    """Segments [a1, a2] and [a3] (a compaction between): a call without its reasoning
+    text flags the segment that trains it, and the segments whose context holds it."""
+    redacted = {"redacted_reasoning": 1}
+    assert _fidelity(renderer, _with(three_call_rollout(), a2=redacted)) == [
+        ["redacted_reasoning"],
+        ["exact"],
+    ]
+    # a1 is context of a2 (the segment's last call); the compaction drops it for a3.
+    assert _fidelity(renderer, _with(three_call_rollout(), a1=redacted)) == [
+        ["redacted_reasoning"],
+        ["exact"],
+    ]
+    assert _fidelity(renderer, _with(three_call_rollout(), a3=redacted)) == [
+        ["exact"],
+        ["redacted_reasoning"],
+    ]
+
+
 def _build(tmp_path, rollouts, **options):
     tmp_path.mkdir(exist_ok=True)
     src = tmp_path / "in.jsonl"

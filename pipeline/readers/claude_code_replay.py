@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.fidelity import REDACTED_KEY
 from pipeline.readers import Accepted, ReadItem, Rejected, Skipped
 from pipeline.readers.builder import Msg, RolloutBuilder, msg
 from pipeline.readers.common import BAD_CONTENT, UniqueNames, content_text, reason_of
@@ -33,6 +34,9 @@ STOP_REASONS = {
     "stop_sequence": "stop",
     "max_tokens": "length",
 }
+# Reasoning blocks of a response: ``thinking`` (its text, or only a ``signature`` when
+# the API omitted the text) and ``redacted_thinking`` (encrypted ``data``, no text).
+REASONING_BLOCKS = ("thinking", "redacted_thinking")
 ORPHAN = "tool_result for a tool_use not in this conversation (sliced file, or a second result for one call)"
 
 
@@ -243,6 +247,7 @@ class _Replay:
     def _call(self, entry: Entry) -> None:
         """One model call from the records of one API response."""
         text, thinking, calls, other = [], [], [], []
+        redacted = 0  # reasoning blocks whose text the log does not hold
         stop = None
         reported = None
         for rec in entry.data["records"]:
@@ -256,8 +261,9 @@ class _Replay:
                 kind = block.get("type") if isinstance(block, dict) else None
                 if kind == "text":
                     text.append(block.get("text") or "")
-                elif kind == "thinking":
+                elif kind in REASONING_BLOCKS:
                     thinking.append(block.get("thinking") or "")
+                    redacted += not thinking[-1].strip()
                 elif kind == "tool_use":
                     calls.append(
                         {
@@ -275,12 +281,16 @@ class _Replay:
                 "assistant",
                 "\n\n".join(t for t in text if t),
                 id=message.get("id") or first.get("uuid"),
-                reasoning="\n\n".join(thinking) or None,
+                reasoning="\n\n".join(t for t in thinking if t) or None,
                 tool_calls=calls or None,
                 finish_reason=STOP_REASONS.get(str(stop)) or ("tool_calls" if calls else None),
                 meta={
                     k: v
-                    for k, v in (("unsupported_blocks", other), ("reported_input_tokens", reported))
+                    for k, v in (
+                        ("unsupported_blocks", other),
+                        ("reported_input_tokens", reported),
+                        (REDACTED_KEY, redacted),
+                    )
                     if v
                 }
                 or None,

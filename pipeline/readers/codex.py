@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from pipeline.fidelity import REDACTED_KEY
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.builder import Msg, RolloutBuilder, msg
 from pipeline.readers.common import (
@@ -140,6 +141,8 @@ class _Call:
             )
             if item.get("encrypted_content"):
                 self.meta["encrypted_reasoning"] = True
+            if not self.reasoning[-1].strip():  # reasoned, but no text of it is logged
+                self.meta[REDACTED_KEY] = self.meta.get(REDACTED_KEY, 0) + 1
         elif kind in CALL_ITEMS or kind == "web_search_call":
             call_id = (
                 item.get("call_id") or item.get("id") or f"{kind}@L{self.line}.{len(self.calls)}"
