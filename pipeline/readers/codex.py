@@ -50,6 +50,7 @@ from pathlib import Path
 from pipeline.fidelity import REDACTED_KEY
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.builder import Msg, RolloutBuilder, msg
+from pipeline.readers.codex_sessions import record_identity
 from pipeline.readers.common import (
     BAD_CONTENT,
     REPEAT,
@@ -383,9 +384,10 @@ class CodexReader(Reader):
         return str(payload["id"]) if isinstance(payload, dict) and payload.get("id") else None
 
     def read_files(self, paths: list[Path]) -> Iterator[ReadItem]:
-        """The files of one session as one stream (first timestamp order); a line repeated
-        verbatim in another file (a copied history) is read once, the repeat counted."""
-        records, where = merged_records(paths, lambda rec, raw: raw.strip())
+        """The files of one session as one stream (last, then first timestamp order); a
+        record another file already holds (a snapshot: the same visible content at the same
+        time, ``codex_sessions.record_identity``) is read once, the repeat counted."""
+        records, where = merged_records(paths, record_identity, per_file_repeats=True)
         several = len(paths) > 1
         for pos, _, reason, raw in records:
             if raw == REPEAT:

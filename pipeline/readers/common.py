@@ -209,13 +209,17 @@ _POSITION = re.compile(r"@(\d+)")  # a record's position in a fidelity detail, u
 
 
 def merged_records(
-    paths: list[Path], identity: Callable[[dict, str], str | None]
+    paths: list[Path],
+    identity: Callable[[dict, str], str | None],
+    per_file_repeats: bool = False,
 ) -> tuple[list, list[tuple[str, int | None]]]:
     """The records of one session's files as one stream, and for each position in it the
     ``(file, line)`` it came from. Files go in the order of their last, then first
     ``timestamp`` (the order given breaks ties), so slices join in session order; a record whose
     ``identity(record, raw)`` was seen before becomes ``(pos, None, REPEAT_REASON,
-    REPEAT)``: a reader skips and counts it. Records are ``(position, record, error,
+    REPEAT)``: a reader skips and counts it. With ``per_file_repeats``, the n-th record of
+    one identity inside a file repeats only the n-th of another file (a record that truly
+    occurs twice in one file is read twice). Records are ``(position, record, error,
     raw)`` like ``iter_json_records`` yields, with positions for lines (``located``
     turns them back)."""
     loaded = []
@@ -230,8 +234,12 @@ def merged_records(
     loaded.sort(key=lambda item: item[:4])
     records, where, seen = [], [], set()
     for *_, path, recs in loaded:
+        occurrences: dict[str, int] = {}
         for line, rec, error, raw in _unglued(recs):
             key = identity(rec, raw) if rec else None
+            if key is not None and per_file_repeats:
+                n = occurrences[key] = occurrences.get(key, 0) + 1
+                key = f"{n}\x00{key}"
             if key is not None and key in seen:
                 rec, error, raw = None, REPEAT_REASON, REPEAT
             elif key is not None:
