@@ -16,7 +16,10 @@ text. Schema (``CompactionLabel``; docs/sft.md, "Calibration"):
 - ``continuation``: follows | redo | ignores | user_redirect (the first calls after it);
 - ``policy_trigger``: the verdict on the policy's decision to compact (ok, too_early,
   too_late, missing_trigger), or null where the policy did not decide (harness logs);
-- ``note``: the labeller's reasons, in their own words.
+- ``note``: the labeller's reasons, in their own words;
+- optional provenance (docs/labels.md): ``source`` (the public repository, commit and
+  path of each file of the session), ``session`` (the session id), ``evidence`` (for
+  each positive, the record that shows it) and ``split`` (tune | holdout).
 
 Each check of the rule judge is scored per compaction: flagged (a finding of that
 check attributed to the compaction) against labelled positive. Precision = TP / (TP +
@@ -31,13 +34,46 @@ from pathlib import Path
 from typing import Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from judge.history import POST_COMPACTION_CALLS, Compaction, compactions
 from judge.rules import ALL_CHECKS, judge_rollout
 from schemas.correction import Finding
 from schemas.replay import replay
 from schemas.rollout import Rollout
+
+
+class SourceFile(BaseModel):
+    """Where a labelled session file comes from: a public repository at a commit.
+
+    ``ref`` names a ref that holds the commit (fetch it, then ``git show COMMIT:PATH``,
+    docs/labels.md); ``shared`` is the copy's path under ``../shared`` (``realworld/…``
+    or ``realworld-new/…``) when the project keeps one there."""
+
+    model_config = ConfigDict(extra="forbid")
+    repo: str
+    commit: str
+    path: str
+    ref: str | None = None
+    shared: str | None = None
+
+
+class Evidence(BaseModel):
+    """Where the labeller verified one positive: a record of a session file, named by
+    its ``uuid`` (Claude Code) or by its 1-based ``line`` (formats without record ids,
+    e.g. Codex); ``what`` says in the labeller's words what is there."""
+
+    model_config = ConfigDict(extra="forbid")
+    what: str
+    file: str
+    uuid: str | None = None
+    line: int | None = None
+
+    @model_validator(mode="after")
+    def _located(self) -> Evidence:
+        if self.uuid is None and self.line is None:
+            raise ValueError("evidence needs a uuid or a line")
+        return self
 
 
 class CompactionLabel(BaseModel):
@@ -55,6 +91,11 @@ class CompactionLabel(BaseModel):
     continuation: Literal["follows", "redo", "ignores", "user_redirect"]
     policy_trigger: Literal["ok", "too_early", "too_late", "missing_trigger"] | None
     note: str = ""
+    # Optional provenance (docs/labels.md); absent in the older labels.
+    source: list[SourceFile] = []
+    session: str | None = None
+    evidence: list[Evidence] = []
+    split: Literal["tune", "holdout"] | None = None
 
 
 def load_labels(path: str) -> list[CompactionLabel]:
