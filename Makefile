@@ -4,7 +4,6 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CORE   := $(VENV)/.installed-core
 STAMP  := $(VENV)/.installed-all
-export SEAM_CACHE_DIR ?= $(CURDIR)/.seam-cache
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM ?= true
 # Real public samples for the reader tests, when this checkout sits beside them (CI does).
@@ -71,7 +70,7 @@ mutate: $(STAMP)
 	$(BIN)/python tools/mutate.py
 
 clean:
-	rm -rf out .seam-cache
+	rm -rf out
 
 ## Two PPO steps on CPU on out/rl with a tiny random Qwen2-style model built locally (no download)
 out/tiny-model/config.json: $(STAMP)

@@ -337,6 +337,24 @@ def _check_inputs_unchanged(files: list[Path], states: list[tuple[int, int, int]
             )
 
 
+def _refuse_without_outcomes(tasks: list[Task]) -> None:
+    """An RL build needs an outcome per rollout. When every input is in a format whose
+    logs never record one (``Reader.records_outcomes``) and no --rewards is given, every
+    rollout would be quarantined: say so before reading anything (it used to take a full
+    read of the inputs to find out)."""
+    from pipeline.readers import REGISTRY
+
+    formats = {t.format for t in tasks}
+    readers = [REGISTRY.get(f) for f in formats]
+    if not tasks or any(r is None or r.records_outcomes for r in readers):
+        return
+    names = ", ".join(sorted(formats))
+    raise BuildError(
+        f"{names} logs record no outcome, so an RL build needs --rewards FILE (CSV or JSONL: "
+        "rollout_id or session_id, reward; docs/readers.md) — or build SFT data with seam build-sft"
+    )
+
+
 def _run_build(
     config: BuildConfig, command: str, files: list[Path], digests: list, states: list
 ) -> BuildResult:
@@ -354,6 +372,9 @@ def _run_build(
             load_rewards(Path(config.rewards))  # fail fast, before any work
         except RewardsError as exc:
             raise BuildError(str(exc)) from None
+    tasks = plan_tasks(files, config.format, chunk_bytes, walked_files(config.inputs))
+    if config.kind == "rl" and not config.rewards:
+        _refuse_without_outcomes(tasks)
     # "from_out": the input relative to the output directory, so verify and show find
     # it from anywhere while the two keep their places (``path`` is as given, relative to
     # the directory the build ran in).
@@ -377,7 +398,6 @@ def _run_build(
         sort_keys=True,
     )
     fingerprint = hashlib.sha256(fp_source.encode()).hexdigest()
-    tasks = plan_tasks(files, config.format, chunk_bytes, walked_files(config.inputs))
     out = Path(config.out)
     make_out_dir(out)
     with OutputLock(out):

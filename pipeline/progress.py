@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from pipeline.worker import TaskResult
 
 console = Console(stderr=True)
+T = TypeVar("T")
 
 
 @contextmanager
@@ -49,3 +51,30 @@ def task_progress(enabled: bool, total: int, already_done: int, label: str = "bu
             progress.update(bar, advance=1, rollouts=seen)
 
         yield advance
+
+
+@contextmanager
+def count_progress(enabled: bool, total: int, label: str):
+    """Yields ``advance(n=1)`` over ``total`` items (e.g. the rollouts ``seam verify``
+    checks); a no-op when ``enabled`` is false."""
+    if not enabled:
+        yield lambda n=1: None
+        return
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        bar = progress.add_task(label, total=total)
+        yield lambda n=1: progress.update(bar, advance=n)
+
+
+def counted(items: Iterable[T], enabled: bool, total: int, label: str) -> Iterator[T]:
+    """``items`` unchanged, with a bar (``count_progress``) advancing once per item."""
+    with count_progress(enabled, total, label) as advance:
+        for item in items:
+            yield item
+            advance()

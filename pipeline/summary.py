@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from rich.console import Console
 from rich.table import Table
 
@@ -25,8 +28,7 @@ def summary_table(
     table.add_row(
         "read = accepted + quarantined", "yes" if read == accepted + quarantined else "[red]NO[/]"
     )
-    for reason, n in sorted(skipped.items()):
-        table.add_row(f"skipped (not a call): {reason}", f"{n:,}")
+    _skipped_rows(table, skipped)
     table.add_row("segments", f"{counts.get('segments', 0):,}")
     for kind, n in sorted(seams.items()):
         if kind != "none":
@@ -49,5 +51,38 @@ def summary_table(
     return table
 
 
+# The build summary shows the total of records that are not model calls and only this
+# many of its reasons (largest first): a session log has dozens of record types, and
+# fifty rows of them buried the rows that matter. All of them: manifest.json "skipped".
+SKIPPED_SHOWN = 3
+
+
+def _skipped_rows(table: Table, skipped: dict) -> None:
+    if not skipped:
+        return
+    table.add_row("skipped records (not model calls)", f"{sum(skipped.values()):,}")
+    ranked = sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0]))
+    for reason, n in ranked[:SKIPPED_SHOWN]:
+        table.add_row(f"  {reason}", f"{n:,}")
+    if len(ranked) > SKIPPED_SHOWN:
+        rest = ranked[SKIPPED_SHOWN:]
+        table.add_row(
+            f"  {len(rest)} more reason(s) (manifest.json: skipped)",
+            f"{sum(n for _, n in rest):,}",
+        )
+
+
+def table_console() -> Console:
+    """The console for printed tables: the terminal's width in a terminal; elsewhere (a
+    pipe, a log, CI) wide enough that file names and ids are not cut at 80 columns
+    (``COLUMNS`` still wins)."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=WIDE)
+
+
+WIDE = 240
+
+
 def print_summary(*args, **kwargs) -> None:
-    Console().print(summary_table(*args, **kwargs))
+    table_console().print(summary_table(*args, **kwargs))

@@ -5,7 +5,7 @@ seam's default tokenizer is Qwen2.5's byte-level BPE: the 151,643 ranks that the
 fast tokenizer with Qwen2.5's special tokens at their real ids (151643 ``<|endoftext|>``,
 151644 ``<|im_start|>``, 151645 ``<|im_end|>``, ... 151664 ``<|file_sep|>``) and the
 ChatML-with-tools chat template in ``templates/chatml-tools.jinja``. The tokenizer is
-built once and cached under ``$SEAM_CACHE_DIR`` (default ``~/.cache/seam``); nothing is
+built once and cached under ``$SEAM_CACHE_DIR`` (default ``$XDG_CACHE_HOME/seam`` or ``~/.cache/seam``); nothing is
 fetched from a hub. ``--tokenizer DIR`` loads any local Hugging Face tokenizer
 directory instead (``local_files_only``).
 
@@ -189,7 +189,11 @@ def build_qwen_tokenizer(out_dir: Path, template: str = "chatml-tools") -> Path:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("SEAM_CACHE_DIR", Path.home() / ".cache" / "seam"))
+    """``$SEAM_CACHE_DIR``, else ``$XDG_CACHE_HOME/seam``, else ``~/.cache/seam`` — the same
+    inside and outside make (the Makefile sets nothing)."""
+    if os.environ.get("SEAM_CACHE_DIR"):
+        return Path(os.environ["SEAM_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "seam"
 
 
 def default_tokenizer_dir(template: str = "chatml-tools") -> Path:

@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 
 from pipeline import limits
 from pipeline.limits import Limits
+from pipeline.progress import counted
 from pipeline.render import ChatRenderer, TemplateError, template_message
 from schemas.replay import CallView, replay
 from schemas.rollout import Rollout
@@ -134,9 +135,10 @@ class _Options:
 
 
 def verify_build(
-    build_dir: str | Path, mode: str = "all", tokenizer: str | None = None
+    build_dir: str | Path, mode: str = "all", tokenizer: str | None = None, progress: bool = False
 ) -> VerifyResult:
-    """Check the rows of ``build_dir`` (every rollout, a sample, or none) against its inputs."""
+    """Check the rows of ``build_dir`` (every rollout, a sample, or none) against its inputs;
+    ``progress`` shows a bar over the rollouts checked (on stderr)."""
     if mode not in MODES:
         raise VerifyError(f"--verify must be one of {', '.join(MODES)}, not {mode!r}")
     out = Path(build_dir)
@@ -163,7 +165,8 @@ def verify_build(
         if rollout.rollout_id in wanted:
             rollouts.setdefault(rollout.rollout_id, []).append(rollout)
     with_rows: Counter = Counter()  # per id, the rollouts of that id that have rows
-    for group in _row_groups(shards, wanted):
+    rows = _row_groups(shards, wanted)
+    for group in counted(rows, progress, len(wanted), f"verifying ({mode})"):
         rollout_id = group[0][2]["rollout_id"]
         with_rows[rollout_id] += 1
         candidates = rollouts.get(rollout_id, [])

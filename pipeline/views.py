@@ -166,9 +166,11 @@ def _quarantine_sql(path: Path) -> str:
         else f"(SELECT {columns} WHERE false)"
     )
     # Blank the parts of a reason that name one record (rollout ids, quoted values,
-    # numbers) so that reasons of the same kind group together.
+    # numbers) so that reasons of the same kind group together. A word holding a digit
+    # (a session id such as 5b1d6c2e-…, a line number, a size) becomes one N: blanking
+    # only the digit runs left ids' letters behind, so one reason made many kinds.
     reason_kind = r"""left(regexp_replace(regexp_replace(regexp_replace(regexp_replace(
-        reason, '^rollout \S+: ', ''), '''[^'']*''', '''…''', 'g'), '"[^"]*"', '"…"', 'g'), '\d+', 'N', 'g'), 120)"""
+        reason, '^rollout \S+: ', ''), '''[^'']*''', '''…''', 'g'), '"[^"]*"', '"…"', 'g'), '[\w.-]*\d[\w.-]*', 'N', 'g'), 120)"""
     return f"""
     CREATE VIEW quarantine AS
     SELECT file, line, format, coalesce(record, 'rollout') AS record, origin, reason,

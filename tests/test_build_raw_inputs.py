@@ -38,19 +38,20 @@ def test_claude_code_session_with_rewards_file_builds_in_one_step(tmp_path):
     assert [r[2] for r in rows] == ["none", "compaction"] and rows[1][3] == "budget"
 
 
-def test_without_rewards_the_session_is_quarantined_with_the_fix_named(tmp_path):
+def test_without_rewards_the_build_is_refused_with_the_fix_named(tmp_path):
+    """Claude Code logs never record an outcome: the build says so before any work (it
+    used to read every input, then quarantine every session for the same reason)."""
     out = tmp_path / "rl"
-    result = run_build(
-        BuildConfig(
-            inputs=[str(FIXTURES / "claude_code" / "compact_auto.jsonl")],
-            out=str(out),
-            progress=False,
-            workers=1,
+    with pytest.raises(BuildError, match=r"claude-code logs record no outcome.*--rewards FILE"):
+        run_build(
+            BuildConfig(
+                inputs=[str(FIXTURES / "claude_code" / "compact_auto.jsonl")],
+                out=str(out),
+                progress=False,
+                workers=1,
+            )
         )
-    )
-    assert result.counts["quarantined"] == 1
-    entry = json.loads((out / "quarantine.jsonl").read_text())
-    assert "--rewards FILE" in entry["reason"] and entry["format"] == "claude-code"
+    assert not out.exists()
 
 
 def test_a_malformed_rewards_file_fails_before_any_work(tmp_path):

@@ -76,3 +76,7 @@ def test_the_long_commands_show_their_bars_in_a_terminal(tmp_path):
     assert "building" in in_terminal(["build-rl", source, "--out", str(tmp_path / "rl")])
     in_terminal(["ingest", source, "--out", str(tmp_path / "canonical")])
     in_terminal(["simulate", "--n", "4", "--out", str(tmp_path / "sim"), "--workers", "1"])
+    # verify has a bar of its own (the build's audit uses it too) and takes --no-progress
+    assert "verifying (all)" in in_terminal(["verify", str(tmp_path / "rl")])
+    quiet = in_terminal(["verify", str(tmp_path / "rl"), "--no-progress"])
+    assert "verifying (all)" not in quiet and "verified" in quiet

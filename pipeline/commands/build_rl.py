@@ -244,7 +244,7 @@ def run_configured_build(config, title: str, verify: str = "sample") -> int:
     )
     from pipeline.commands.verify import audit_build
 
-    return audit_build(result.out, verify, config.tokenizer)
+    return audit_build(result.out, verify, config.tokenizer, progress=config.progress)
 
 
 def _why_nothing_accepted(result) -> str:

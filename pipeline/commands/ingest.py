@@ -218,10 +218,11 @@ class _Stats:
         }
 
     def print(self, out: Path, rewards_file: str | None) -> None:
-        from rich.console import Console
         from rich.table import Table
 
-        console = Console()
+        from pipeline.summary import table_console
+
+        console = table_console()
         by_format = Table(title=f"seam ingest → {out}", header_style="bold")
         for col in (
             "format",

@@ -8,16 +8,14 @@ from pipeline.commands.sql import open_views, print_result
 
 
 def run(args) -> int:
-    from rich.console import Console
-
     from pipeline.standard_queries import STANDARD, available, build_counts
-    from pipeline.summary import summary_table
+    from pipeline.summary import summary_table, table_console
     from pipeline.views import view_names
 
     out = Path(args.dir)
     con = open_views(out)
     counts, seams, groups_of_one = build_counts(con, out)
-    console = Console()
+    console = table_console()
     console.print(summary_table(f"seam stats {out}", counts, seams, {}, groups_of_one))
     for query in available(STANDARD, view_names(con)):
         cursor = con.execute(query.sql)

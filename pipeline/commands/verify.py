@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from pipeline.errors import UsageError
 
 
 def audit_build(
-    out: str | Path, mode: str, tokenizer: str | None = None, per_rollout: bool = False
+    out: str | Path,
+    mode: str,
+    tokenizer: str | None = None,
+    per_rollout: bool = False,
+    progress: bool = False,
 ) -> int:
     """Run the audit, print its counts, record them in ``manifest.json`` (key ``verify``);
     exit code 1 on any mismatch, each mismatch printed with its shard, row and rollout."""
-    from rich.console import Console
     from rich.table import Table
 
     from pipeline.atomic import write_json
     from pipeline.verify import VerifyError, verify_build
 
     try:
-        result = verify_build(out, mode, tokenizer)
+        result = verify_build(out, mode, tokenizer, progress)
     except VerifyError as exc:
         raise UsageError(str(exc)) from None
     if mode == "none":
@@ -29,7 +33,9 @@ def audit_build(
     manifest = json.loads(manifest_path.read_text())
     manifest["verify"] = result.as_manifest()
     write_json(manifest_path, manifest)
-    console = Console()
+    from pipeline.summary import table_console
+
+    console = table_console()
     table = Table(title=f"seam verify ({mode}) {out}", header_style="bold")
     for name in ("source", "rollouts", "rows", "call spans", "trained tokens", "mismatches"):
         table.add_column(name, justify="left" if name == "source" else "right")
@@ -77,7 +83,8 @@ def _rollout_table(result, every: bool):
 
 
 def run(args) -> int:
-    return audit_build(args.dir, args.verify, args.tokenizer, args.per_rollout)
+    progress = not args.no_progress and sys.stderr.isatty()
+    return audit_build(args.dir, args.verify, args.tokenizer, args.per_rollout, progress)
 
 
 def add_verify_argument(p, default: str) -> None:
@@ -111,4 +118,5 @@ def register(sub) -> None:
         default=None,
         help="The build's tokenizer directory, if it is no longer where the manifest says.",
     )
+    p.add_argument("--no-progress", action="store_true", help="No progress bar (logs, CI).")
     p.set_defaults(func=run)

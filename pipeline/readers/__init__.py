@@ -65,6 +65,9 @@ class Reader:
     name: str = ""
     description: str = ""
     options: dict[str, Any] = {}
+    # Whether this format's logs can carry an outcome (a reward or a resolved flag). An RL
+    # build of inputs whose readers all say no, without --rewards, is refused up front.
+    records_outcomes: bool = True
 
     def sniff(self, path: Path, head: bytes) -> bool:
         raise NotImplementedError

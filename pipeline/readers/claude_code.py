@@ -51,6 +51,7 @@ SKIP_REASONS = {
 @register
 class ClaudeCodeReader(Reader):
     name = "claude-code"
+    records_outcomes = False
     description = (
         "Claude Code session JSONL (~/.claude/projects/*/*.jsonl), sub-agent files included"
     )

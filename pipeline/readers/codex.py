@@ -362,6 +362,7 @@ def rollouts_from_records(records: Records, default_id: str) -> Iterator[ReadIte
 @register
 class CodexReader(Reader):
     name = "codex"
+    records_outcomes = False
     description = "Codex CLI rollout JSONL (~/.codex/sessions/**/rollout-*.jsonl, .zst too)"
 
     def sniff(self, path: Path, head: bytes) -> bool:

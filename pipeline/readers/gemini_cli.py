@@ -167,6 +167,7 @@ class _Replay:
 @register
 class GeminiCliReader(Reader):
     name = "gemini-cli"
+    records_outcomes = False
     description = "Gemini CLI chat recordings (legacy session JSON and JSONL with $set / $rewindTo)"
 
     def sniff(self, path: Path, head: bytes) -> bool:

@@ -339,6 +339,7 @@ def _v1(replay: _Replay, e: dict) -> str | None:
 @register
 class OpenHandsReader(Reader):
     name = "openhands"
+    records_outcomes = False
     description = (
         "OpenHands V0 event lists / eval output.jsonl histories and V1 (software-agent-sdk) events"
     )

@@ -176,3 +176,24 @@ def test_stats_counts_agree_with_the_manifest(rl_build):
     ):
         assert counts[key] == manifest["counts"][key], key
     assert Counter(manifest["seams"]) == seams
+
+
+def test_reasons_that_differ_only_by_a_session_id_are_one_kind(tmp_path):
+    """Session ids mix letters and digits: blanking only the digit runs left each id's
+    letters behind (``Nbdc…``), so one reason made as many kinds as sessions."""
+    import duckdb
+
+    from pipeline.views import _quarantine_sql
+
+    path = tmp_path / "quarantine.jsonl"
+    reasons = [
+        "session 5b1d6c2e-0000-4000-8000-00000000c0de: duplicate rollout_id at line 12",
+        "session a7f09e31-1111-4abc-9def-0123456789ab: duplicate rollout_id at line 3",
+    ]
+    path.write_text(
+        "".join(json.dumps({"file": "x", "line": 1, "reason": r}) + "\n" for r in reasons)
+    )
+    con = duckdb.connect()
+    con.execute(_quarantine_sql(path))
+    kinds = con.execute("SELECT DISTINCT reason_kind FROM quarantine").fetchall()
+    assert kinds == [("session N: duplicate rollout_id at line N",)]
