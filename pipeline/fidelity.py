@@ -35,6 +35,10 @@ REASONS: dict[str, str] = {
     "missing_tool_schemas": "the log does not record the tool schemas the model received",
     "synthesized_summary_call": "the summary call was not logged; seam synthesized it",
     "redacted_reasoning": "a call reasoned, but the log holds no text of it (a signature or an encrypted blob): its trained output is the visible text and tool calls only",
+    "unrendered_attachment": "the context held a Claude Code attachment seam cannot reproduce (its type in the detail)",
+    "unverified_attachment": "a Claude Code attachment from a version whose rendering seam has not observed (rendered as 2.1.197 renders it)",
+    "image_content": "the context held images; seam keeps an [image] placeholder per image (a text tokenizer cannot reproduce their tokens)",
+    "unrendered_tool_reference": "a tool result held tool_reference blocks, which the provider expands into tool definitions the log does not record",
 }
 
 # Reasons that mean the file is damaged (not merely silent about a part of the context):

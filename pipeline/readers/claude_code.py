@@ -12,7 +12,9 @@ Rewrites: ``compact_boundary`` + the following ``isCompactSummary`` user record 
 boundary says it preserved); the summary call itself is not in the file, so there is
 no summary call. ``microcompact_boundary`` clears the results of ``compactedToolIds``
 in place: an ``edit`` rewrite (a context edit, counted apart from compactions) keeping
-everything, with those results replaced by the cleared placeholder. Records that are not model messages are skipped with their reason.
+everything, with those results replaced by the cleared placeholder. ``attachment``
+records become the messages Claude Code sends for them (``claude_code_attachments``).
+Records that are not model messages are skipped with their reason.
 Claude Code records no system prompt, tool schemas, token ids or rewards.
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from pipeline.canonical_io import open_text_stream
 from pipeline.readers import Reader, ReadItem, Rejected, Skipped, register
+from pipeline.readers.claude_code_attachments import Rendered, Unrendered, render
 from pipeline.readers.claude_code_captures import join_captures
 from pipeline.readers.claude_code_replay import Entry, Thread, thread_rollout
 from pipeline.readers.common import (
@@ -40,7 +43,7 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 SESSION_SCAN_BYTES = 1 << 24  # how far planning looks for a file's sessionId
 _SESSION_ID = re.compile(rb'"sessionId"\s*:\s*"([^"]+)"')
 
-MESSAGE_TYPES = {"user", "assistant", "system"}
+MESSAGE_TYPES = {"user", "assistant", "system", "attachment"}
 SKIP_REASONS = {
     "summary": "session title record (for resume; not a compaction)",
     "file-history-snapshot": "file-history-snapshot record (undo bookkeeping)",
@@ -187,6 +190,8 @@ class ClaudeCodeReader(Reader):
             if rec.get(name) and name not in thread.meta:
                 thread.meta[name] = rec[name]
         rtype = rec["type"]
+        if rtype == "attachment":
+            return _collect_attachment(thread, rec, line)
         if rtype == "system":
             sub = rec.get("subtype")
             if sub in ("compact_boundary", "microcompact_boundary"):
@@ -221,12 +226,34 @@ class ClaudeCodeReader(Reader):
         )
         for block in results:
             thread.entries.append(Entry("result", line, {"rec": rec, "block": block}))
+        images = sum(isinstance(b, dict) and b.get("type") == "image" for b in blocks)
+        if images:  # content_text keeps "[image]" in their place
+            thread.note("image_content", f"@{line}: {images} image(s) in a user message")
         if text.strip():
             thread.entries.append(Entry("user", line, {"rec": rec, "text": text}))
         if not results and not text.strip():
             return "empty user record"
         thread.lines.add(line)
         return None
+
+
+def _collect_attachment(thread: Thread, rec: dict, line: int) -> str | None:
+    """An ``attachment`` record: the messages Claude Code sends for it become an entry
+    (``claude_code_attachments``); one it sends nothing for is skipped with that reason."""
+    attachment = rec.get("attachment")
+    if not isinstance(attachment, dict):
+        return "attachment record without an attachment object"
+    try:
+        rendered: Rendered | Unrendered | None = render(attachment)
+    except Unrendered as exc:
+        rendered = exc
+    if rendered is None:
+        return (
+            f"attachment '{attachment.get('type')}': Claude Code sends nothing to the model for it"
+        )
+    thread.entries.append(Entry("attachment", line, {"rec": rec, "rendered": rendered}))
+    thread.lines.add(line)
+    return None
 
 
 def _tool_use_ids(records: list) -> set[str]:

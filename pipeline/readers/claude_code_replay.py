@@ -24,6 +24,7 @@ from pathlib import Path
 from pipeline.fidelity import REDACTED_KEY
 from pipeline.readers import Accepted, ReadItem, Rejected, Skipped
 from pipeline.readers.builder import Msg, RolloutBuilder, msg
+from pipeline.readers.claude_code_placement import Placement, mark_modes, result_text
 from pipeline.readers.common import BAD_CONTENT, UniqueNames, content_text, reason_of
 from schemas.rollout import Keep, MessageEvent
 
@@ -42,7 +43,7 @@ ORPHAN = "tool_result for a tool_use not in this conversation (sliced file, or a
 
 @dataclass
 class Entry:
-    kind: str  # user | call | result | summary | compact | microcompact
+    kind: str  # user | call | result | summary | compact | microcompact | attachment
     line: int
     data: dict
 
@@ -71,8 +72,12 @@ class Thread:
             self.fidelity.append({"reason": "slice_start", "event_id": None, "detail": detail})
 
     def note_lost(self, detail: str, at: int | None = None) -> None:
+        self.note("lost_records", detail, at)
+
+    def note(self, reason: str, detail: str, at: int | None = None) -> None:
+        """A fidelity entry for the event the entry at ``at`` (default: the next) becomes."""
         index = len(self.entries) if at is None else at
-        self.notes.setdefault(index, []).append(("lost_records", detail))
+        self.notes.setdefault(index, []).append((reason, detail))
 
 
 def thread_rollout(thread: Thread, path: Path, ids: UniqueNames, source: str) -> Iterator[ReadItem]:
@@ -184,11 +189,13 @@ class _Replay:
         self.models: list[str] = []
         self.notes: dict[int, list[tuple[str, str]]] = notes or {}
         self.fidelity: list[dict] = []
+        self.placement = Placement(builder)  # attachments (claude_code_placement)
 
     def run(self, entries: list[Entry], offset: int = 0) -> None:
         pending: Entry | None = None
         waiting: list[tuple[str, str]] = []  # notes that wait for their first event
-        for index, entry in enumerate(entries, start=offset):
+        mark_modes(entries)
+        for index, entry in Placement.arrange(list(enumerate(entries, start=offset))):
             waiting.extend(self.notes.get(index, ()))
             before = len(self.builder.events)
             pending = self._entry(entry, pending, waiting)
@@ -204,6 +211,11 @@ class _Replay:
 
     def _entry(self, entry: Entry, pending: Entry | None, waiting: list) -> Entry | None:
         """Replay one entry; returns the compact boundary still waiting for its summary."""
+        self.placement.before(entry.kind)
+        if entry.kind == "attachment":
+            self.placement.attachment(entry, waiting)
+            self.used.add(entry.line)
+            return pending
         if pending is not None and entry.kind != "summary":
             self._compaction(pending, None)
             pending = None
@@ -227,7 +239,10 @@ class _Replay:
             assert event is not None  # the builder refuses only tool results
             self.by_uuid[str(rec.get("uuid"))] = event.id
         elif entry.kind == "result":
-            if not self._result(entry):
+            result = self._result(entry)
+            if result is not None:
+                self.placement.result(result.id, entry.data["block"], entry.line, waiting)
+            else:
                 self.orphans.setdefault(entry.line, ORPHAN)
                 if self.builder.has_calls():  # not the head of a slice: a call was lost
                     call_id = entry.data["block"].get("tool_use_id")
@@ -302,21 +317,20 @@ class _Replay:
         if model and model not in self.models:
             self.models.append(model)
 
-    def _result(self, entry: Entry) -> bool:
+    def _result(self, entry: Entry) -> MessageEvent | None:
         block, rec = entry.data["block"], entry.data["rec"]
         call_id = block.get("tool_use_id")
         if not call_id or not self.builder.is_open(str(call_id)):
-            return False
-        self.builder.append(
+            return None
+        return self.builder.append(
             msg(
                 "tool",
-                content_text(block.get("content")),
+                result_text(block.get("content")),
                 id=f"{rec.get('uuid')}:{call_id}",
                 tool_call_id=str(call_id),
                 meta={"is_error": True} if block.get("is_error") else None,
             )
         )
-        return True
 
     def _compaction(self, boundary: Entry | None, summary: Entry | None) -> None:
         """The new context starts from the summary, then the messages the boundary preserved."""

@@ -157,10 +157,15 @@ def test_records_that_are_not_model_calls_are_skipped_with_their_reason():
             "API error message (written by Claude Code, not a model call)": 1,
             "synthetic assistant record (written by Claude Code, not a model call)": 1,
             "'queue-operation' record: not a model message": 1,
-            "'attachment' record: not a model message": 1,
             "'last-prompt' record: not a model message": 1,
         }
     )
+    # The attachment (a todo reminder of Claude Code 2.0.76) reached the model: it is in the
+    # context, rendered as 2.1.197 renders it and flagged as an unverified version.
+    reminders = [e for e in rollouts[0].events if e.meta.get("attachment") == "todo_reminder"]
+    assert len(reminders) == 1 and "TodoWrite tool hasn't been used" in reminders[0].content
+    fidelity = {f["reason"]: f["detail"] for f in rollouts[0].meta["fidelity"]}
+    assert "2.0.76" in fidelity["unverified_attachment"]
 
 
 def test_unanswered_tool_call_gets_a_flagged_placeholder_result(tmp_path):
