@@ -45,6 +45,7 @@ from pipeline.atomic import remove_temporaries, write_json
 from pipeline.canonical_io import RangeFeeder
 from pipeline.inputs import Task, plan_tasks, resolve_inputs, walked_files
 from pipeline.limits import Limits
+from pipeline.quarantine import NOT_WRITTEN, Share, merge_quarantine
 from pipeline.shard_schema import SHARD_SCHEMA_VERSION
 from pipeline.stage import BuildStage
 from pipeline.worker import (
@@ -55,7 +56,7 @@ from pipeline.worker import (
     run_task,
     segmenter_for,
 )
-from pipeline.write import file_sha256, merge_quarantine, write_shards
+from pipeline.write import file_sha256, write_shards
 
 
 class BuildError(ValueError):
@@ -440,8 +441,8 @@ def _run_build(
             config.stage,
             config.limits,
             {"group_by": config.group_by} if config.group_by else {},
-            # The quarantine's raw text is bounded for the whole build, shared by its tasks.
-            max(1 << 16, config.limits.max_quarantine_raw_bytes // max(1, len(tasks))),
+            # The quarantine is bounded for the whole build, shared by its tasks.
+            Share.of(config.limits, len(tasks)),
         )
         with (
             _task_runner(todo, wconf, config) as results_in_order,
@@ -564,13 +565,23 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, comman
         excluded=excluded,
     )
     shards = list(shard_hashes)
-    quarantined = merge_quarantine(config.out, indices, dest=staging, extra=duplicate_entries)
-    # A stage may quarantine records that are not rollouts (judge corrections), counted apart.
-    if quarantined != counts["quarantined"] + counts["corrections_quarantined"]:
+    written, not_written = merge_quarantine(
+        [part_paths(config.out, i)[1] for i in indices],
+        staging / "quarantine.jsonl",
+        config.limits,
+        extra=duplicate_entries,
+    )
+    if not_written:
+        counts[NOT_WRITTEN] += not_written
+    # A stage may quarantine records that are not rollouts (judge corrections), counted
+    # apart; entries past the quarantine's caps are counted, not written.
+    entries = counts["quarantined"] + counts["corrections_quarantined"]
+    if written + counts[NOT_WRITTEN] != entries:
         raise RuntimeError(
-            f"quarantine.jsonl holds {quarantined} entries but the tasks counted "
-            f"{counts['quarantined']} rollouts and {counts['corrections_quarantined']} "
-            "corrections: a record would be lost; this is a bug in seam"
+            f"quarantine.jsonl holds {written} entries ({counts[NOT_WRITTEN]} more counted, "
+            f"not written) but the tasks counted {counts['quarantined']} rollouts and "
+            f"{counts['corrections_quarantined']} corrections: a record would be lost; "
+            "this is a bug in seam"
         )
     if config.stage is not None:
         counts.update(config.stage.finalize(config.out, indices, dest=staging, excluded=excluded))

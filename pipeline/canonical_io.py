@@ -182,7 +182,10 @@ def iter_jsonl_lines(
                 reason = limits.over("max_line_bytes", f"line of {length:,} bytes")
                 yield RawRecord(name, line_no, raw, reason)
             elif raw.strip():
-                yield RawRecord(name, line_no, raw)
+                # Handed over, not kept: a 50 MB line must not stay alive in this
+                # suspended frame while the consumer works on the record.
+                handed, raw = [raw], b""
+                yield RawRecord(name, line_no, handed.pop())
             line_no += 1
 
 

@@ -76,17 +76,20 @@ def _canonical(
         for raw in records:
             if keep is not None and not raw.error and not keep(raw.data):
                 continue
-            excerpt = raw.data[:RAW_EXCERPT_LIMIT].decode("utf-8", "replace")
             if raw.error:
-                yield Record(QUARANTINED, raw.line, reason=raw.error, raw=excerpt)
+                yield Record(QUARANTINED, raw.line, reason=raw.error, raw=_excerpt(raw.data))
                 continue
+            line = raw.line
             try:
                 rollout = parse_rollout(raw.data)
                 check_message_sizes(rollout)
             except (ValueError, RecursionError) as exc:
-                yield Record(QUARANTINED, raw.line, reason=_reason(exc), raw=excerpt)
-            else:
-                yield Record(ACCEPTED, raw.line, rollout=rollout)
+                yield Record(QUARANTINED, line, reason=_reason(exc), raw=_excerpt(raw.data))
+                continue
+            # The record's bytes (as large as the rollout's text) are not held while the
+            # consumer tokenizes the rollout.
+            raw = None  # type: ignore[assignment]
+            yield Record(ACCEPTED, line, rollout=rollout)
     except UNREADABLE as exc:  # unreadable/corrupt file: one quarantine entry
         yield Record(
             QUARANTINED, None, reason=f"cannot read file: {type(exc).__name__}: {exc}", records=0
@@ -165,6 +168,11 @@ def check_message_sizes(rollout: Rollout) -> None:
                     f"rollout {rollout.rollout_id}: "
                     + limits.over("max_message_bytes", f"message {m.id} ({size:,} characters)")
                 )
+
+
+def _excerpt(data: bytes) -> str:
+    """The raw text a quarantine entry keeps of a record (file and line point to the rest)."""
+    return data[:RAW_EXCERPT_LIMIT].decode("utf-8", "replace")
 
 
 def _reason(exc: BaseException) -> str:

@@ -14,7 +14,12 @@ option with a safe default; a record over one is quarantined with the limit name
   worker's memory (a 50 MB tool output would need over 5 GB);
 - ``max_depth``: nesting of JSON objects and arrays in one record;
 - ``max_quarantine_raw_bytes``: raw text copied into a build's quarantine, shared evenly
-  by its tasks (entries past a task's share keep file, line and reason, not ``raw``).
+  by its tasks (entries past a task's share keep file, line and reason, not ``raw``);
+- ``max_quarantine_entries`` / ``max_quarantine_bytes``: entries, and bytes, of a build's
+  ``quarantine.jsonl``: five million ``{}`` lines fit in a 38 KB ``.jsonl.zst`` and
+  made a 754 MB quarantine. Past the cap the first entries stay as a sample and the
+  rest are counted, not written (``quarantine_not_written`` in the manifest's counts
+  and the summary); every record is still counted as quarantined.
 
 The limits in force are per process (``use``): the build sets them before it forks its
 workers and every task sets them again, so readers need no extra argument.
@@ -36,6 +41,8 @@ class Limits:
     max_message_bytes: int = 8 * MIB
     max_depth: int = 100
     max_quarantine_raw_bytes: int = 64 * MIB
+    max_quarantine_entries: int = 100_000
+    max_quarantine_bytes: int = 128 * MIB
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -48,6 +55,8 @@ OPTION = {
     "max_decompressed_bytes": "--max-decompressed-mb",
     "max_message_bytes": "--max-message-mb",
     "max_depth": "--max-depth",
+    "max_quarantine_entries": "--max-quarantine-entries",
+    "max_quarantine_bytes": "--max-quarantine-mb",
 }
 
 _current = Limits()

@@ -24,7 +24,7 @@ the same text as ``apply_chat_template``).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -33,6 +33,13 @@ import orjson
 from schemas.rollout import MessageEvent
 
 ENCODE_CACHE_TOKENS = 4 << 20  # ids kept by encode_many's cache (16 MiB of int32 per process)
+# Characters tokenized per call into the Rust tokenizer. While a batch is encoded, its
+# ``Encoding`` objects hold ~60 bytes per character (ids, token strings, offsets, masks)
+# and the tokenizer ~130 at its peak; they are cut to int32 ids (4 bytes per token) as
+# soon as the batch returns. One batch for a whole rollout made ten 5 MB tool outputs
+# cost 3.3 GB at once; batches of at most this many characters (a longer text alone)
+# bound the peak by the largest single message instead.
+ENCODE_BATCH_CHARS = 1 << 20
 
 _BASE = [
     {"role": "system", "content": "S"},
@@ -192,15 +199,9 @@ class ChatRenderer:
         todo = list(dict.fromkeys(t for t in texts if t not in cache))
         if not todo:
             return [cache[t] for t in texts]
-        encode = (
-            self.backend.encode_batch_fast
-            if hasattr(self.backend, "encode_batch_fast")
-            else self.backend.encode_batch
-        )
-        fresh = {
-            t: np.asarray(e.ids, dtype=np.int32)
-            for t, e in zip(todo, encode(todo, add_special_tokens=False))
-        }
+        fresh: dict[str, np.ndarray] = {}
+        for batch in _batches(todo, ENCODE_BATCH_CHARS):
+            fresh.update(zip(batch, self._encode_batch(batch)))
         out = [fresh[t] if t in fresh else cache[t] for t in texts]
         for t, ids in fresh.items():
             ids.flags.writeable = False  # shared by every later caller: never edited in place
@@ -209,6 +210,15 @@ class ChatRenderer:
         while self._cached_tokens > ENCODE_CACHE_TOKENS:
             self._cached_tokens -= len(cache.popitem(last=False)[1])
         return out
+
+    def _encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """Token ids of ``texts`` in one call into the Rust tokenizer (no cache)."""
+        encode = (
+            self.backend.encode_batch_fast
+            if hasattr(self.backend, "encode_batch_fast")
+            else self.backend.encode_batch
+        )
+        return [np.asarray(e.ids, dtype=np.int32) for e in encode(texts, add_special_tokens=False)]
 
     def forget(self) -> None:
         """Empty the encode cache (benchmarks that must not profit from earlier rollouts)."""
@@ -233,6 +243,22 @@ class ChatRenderer:
         prompt = self.render(ctx, tools, True)
         generated, _ = self.output_text(template_message(call), tools, ctx)
         return self.encode(prompt).tolist(), self.encode(generated).tolist()
+
+
+def _batches(texts: list[str], budget: int) -> Iterator[list[str]]:
+    """``texts`` in order, cut into consecutive batches of at most ``budget`` characters
+    (a longer text is a batch of its own). Texts are encoded independently of each
+    other, so the cut changes no id."""
+    batch: list[str] = []
+    size = 0
+    for text in texts:
+        if batch and size + len(text) > budget:
+            yield batch
+            batch, size = [], 0
+        batch.append(text)
+        size += len(text)
+    if batch:
+        yield batch
 
 
 def _probe_conversation() -> list[dict]:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.render import ChatRenderer, template_message
+from pipeline.render import ENCODE_BATCH_CHARS, ChatRenderer, template_message
 from pipeline.seams import CallSpan, Segment, SegmentBuilder, extension
 from schemas.kinds import SeamKind
 from schemas.replay import CallContext, CallView, replay
@@ -186,22 +186,38 @@ class _PieceCache:
         firsts = {c.context[0].id: c.context[0] for c in calls if c.context}
         jobs: list[tuple[str, Any]] = []
         texts: list[str] = []
+
+        def encode() -> None:
+            encoded = iter(self.r.encode_many(texts))
+            for kind, key in jobs:
+                if kind == "output":
+                    self._outputs[key] = (next(encoded), next(encoded))
+                else:
+                    self._pieces[key] = next(encoded)
+            jobs.clear()
+            texts.clear()
+
+        # Rendered texts are encoded a batch of ENCODE_BATCH_CHARS at a time: a rollout of
+        # many multi-megabyte tool outputs never holds all of them rendered at once.
+        size = 0
         for m in messages:
             if m.role == "assistant":
-                texts += self.r.output_text(template_message(m), self.tools)
+                new = list(self.r.output_text(template_message(m), self.tools))
                 jobs.append(("output", m.id))
             elif (m.id, False) not in self._pieces:
-                texts.append(self.r.piece(template_message(m), False, self.tools))
+                new = [self.r.piece(template_message(m), False, self.tools)]
                 jobs.append(("piece", (m.id, False)))
+            else:
+                continue
+            texts += new
+            size += sum(map(len, new))
+            if size >= ENCODE_BATCH_CHARS:
+                encode()
+                size = 0
         for mid, m in firsts.items():
             texts.append(self.r.piece(template_message(m), True, self.tools))
             jobs.append(("piece", (mid, True)))
-        encoded = iter(self.r.encode_many(texts))
-        for kind, key in jobs:
-            if kind == "output":
-                self._outputs[key] = (next(encoded), next(encoded))
-            else:
-                self._pieces[key] = next(encoded)
+        encode()
 
     def context(self, messages, at_start: bool = True) -> np.ndarray:
         """Tokens of ``messages``; ``at_start`` when they open the context (first piece differs).

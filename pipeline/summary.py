@@ -25,6 +25,11 @@ def summary_table(
     table.add_row("rollouts read", f"{read:,}")
     table.add_row("accepted", f"{accepted:,}")
     table.add_row("quarantined", f"{quarantined:,}")
+    if counts.get("quarantine_not_written"):  # past the caps of quarantine.jsonl (a sample)
+        table.add_row(
+            "  not written to quarantine.jsonl (past its cap; counted)",
+            f"{counts['quarantine_not_written']:,}",
+        )
     table.add_row(
         "read = accepted + quarantined", "yes" if read == accepted + quarantined else "[red]NO[/]"
     )

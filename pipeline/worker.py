@@ -29,10 +29,11 @@ import pyarrow.compute as pc
 import pyarrow.feather as feather
 
 from pipeline import fidelity, limits
-from pipeline.atomic import atomic_write, write_bytes, write_text
+from pipeline.atomic import atomic_write, write_text
 from pipeline.inputs import Task
 from pipeline.intake import ACCEPTED, SKIPPED, iter_records
 from pipeline.limits import Limits
+from pipeline.quarantine import NOT_WRITTEN, Share, TaskQuarantine
 from pipeline.render import ChatRenderer, TemplateError
 from pipeline.rows import (
     ROLLOUT_ORDINAL,
@@ -57,7 +58,7 @@ class WorkerConfig:
     stage: BuildStage | None = None  # BuildConfig.stage (pipeline/stage.py)
     limits: Limits = field(default_factory=Limits)  # what one input record may cost
     reader_options: dict = field(default_factory=dict)  # e.g. group_by for chat logs
-    quarantine_raw_bytes: int = 1 << 20  # raw text a task may copy into the quarantine
+    quarantine: Share = field(default_factory=Share)  # what a task may write into the quarantine
 
 
 _SEGMENTERS: dict[tuple, Segmenter] = {}
@@ -228,19 +229,12 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
     stats: Counter = Counter()
     skipped: Counter = Counter()
     seams: Counter = Counter()
-    quarantine_lines: list[bytes] = []
-    raw_room = config.quarantine_raw_bytes  # raw text the quarantine may still take
+    quarantine = TaskQuarantine(config.quarantine)
 
     def reject(line, reason, raw, file=None):
-        nonlocal raw_room
         stats["quarantined"] += 1
         entry = {"file": file or task.path, "line": line, "format": task.format, "reason": reason}
-        if raw and len(raw) <= raw_room:
-            entry["raw"] = raw
-            raw_room -= len(raw)
-        elif raw:  # 90 KB of compressed junk lines must not become gigabytes of quarantine
-            entry["raw_omitted"] = "max_quarantine_raw_bytes reached"
-        quarantine_lines.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
+        quarantine.add(entry, raw)
 
     limits.use(config.limits)
     accepted: list[list] = []  # [rollout id, file, line, its counts, its seams] per ordinal
@@ -265,12 +259,7 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
         if task_stage is not None:
             rollout, reason, extra_entries = task_stage.prepare(rollout)
             for entry in extra_entries:
-                quarantine_lines.append(
-                    json.dumps(
-                        {"file": task.path, "line": line, **entry}, ensure_ascii=False
-                    ).encode()
-                    + b"\n"
-                )
+                quarantine.add({"file": task.path, "line": line, **entry})
             if rollout is None:
                 reject(line, reason, None, file)
                 continue
@@ -335,7 +324,9 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
     part_path.parent.mkdir(parents=True, exist_ok=True)
     table = batch.to_table()
     atomic_write(part_path, lambda tmp: feather.write_feather(table, tmp, compression="zstd"))
-    write_bytes(quarantine_path, b"".join(quarantine_lines), private=True)  # raw session text
+    quarantine.write(quarantine_path)  # 0600: raw session text
+    if quarantine.not_written:
+        stats[NOT_WRITTEN] = quarantine.not_written
     result = TaskResult(
         task=task.index,
         file=task.path,

@@ -1,4 +1,4 @@
-"""The end of a build: GRPO advantages over every rollout, the shards, the quarantine.
+"""The end of a build: GRPO advantages over every rollout, and the shards.
 
 Part files hold every row except the group-dependent columns. Each task returns a small
 group table (one row per rollout with rows: task id, reward, ordinal, rollout and parent
@@ -8,9 +8,8 @@ parts, in task order, into ``train-XXXXX-of-NNNNN.parquet`` shards of at most
 ``rows_per_shard`` rows (equal sizes), filling ``advantage`` and ``group_size`` by
 rollout ordinal; they are written in parallel (``atomic.py``) into the build's staging
 directory, which ``build.py`` publishes once the set is complete before it writes the
-dataset card (``card.py``) and the manifest. ``merge_quarantine`` concatenates the tasks'
-quarantine parts in task order. Memory is one shard (and the parts it spans) per writer
-thread.
+dataset card (``card.py``) and the manifest; the quarantine is ``quarantine.py``'s.
+Memory is one shard (and the parts it spans) per writer thread.
 """
 
 from __future__ import annotations
@@ -244,30 +243,6 @@ def _write_parquet(path: Path, table: pa.Table) -> None:
             use_dictionary=dictionary_columns(table.schema),
         ),
     )
-
-
-def merge_quarantine(
-    out: str, task_indices: list[int], dest: Path | None = None, extra: Sequence[bytes] = ()
-) -> int:
-    """Concatenate the tasks' quarantine parts, in task order, then the ``extra`` entries
-    found when finalizing (duplicates), into ``dest/quarantine.jsonl``; returns the number
-    of entries."""
-    n = 0
-
-    def write(tmp: str) -> None:
-        nonlocal n
-        with open(tmp, "wb") as dst:
-            for t in task_indices:
-                with open(part_paths(out, t)[1], "rb") as src:
-                    for block in iter(lambda: src.read(1 << 20), b""):  # parts can be large
-                        n += block.count(b"\n")
-                        dst.write(block)
-            dst.writelines(extra)
-            n += len(extra)
-
-    # 0600 whatever the umask: entries hold raw session text (the shards follow the umask).
-    atomic_write(Path(dest or out) / "quarantine.jsonl", write, private=True)
-    return n
 
 
 def file_sha256(path: Path, stop=None) -> str:

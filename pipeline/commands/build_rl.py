@@ -107,6 +107,7 @@ def add_build_arguments(p) -> None:
     )
     add_group_by_argument(p)
     add_limit_arguments(p)
+    add_quarantine_arguments(p)
     p.add_argument(
         "--overwrite",
         action="store_true",
@@ -155,6 +156,29 @@ def add_limit_arguments(p) -> None:
     )
 
 
+def add_quarantine_arguments(p) -> None:
+    """Caps of a build's ``quarantine.jsonl`` (``pipeline/quarantine.py``): past them the
+    first entries stay as a sample and the rest are counted, not written."""
+    defaults = Limits()
+    g = p.add_argument_group(
+        "quarantine.jsonl caps (past them: a sample, and the count of the rest)"
+    )
+    g.add_argument(
+        "--max-quarantine-entries",
+        type=int,
+        default=defaults.max_quarantine_entries,
+        metavar="N",
+        help=f"Entries written (default {defaults.max_quarantine_entries:,}).",
+    )
+    g.add_argument(
+        "--max-quarantine-mb",
+        type=float,
+        default=defaults.max_quarantine_bytes / MIB,
+        metavar="MB",
+        help=f"MiB written (default {defaults.max_quarantine_bytes / MIB:g}).",
+    )
+
+
 def limits_from_args(args) -> Limits:
     values = {
         "max_line_bytes": args.max_line_mb,
@@ -162,11 +186,15 @@ def limits_from_args(args) -> Limits:
         "max_decompressed_bytes": args.max_decompressed_mb,
         "max_message_bytes": args.max_message_mb,
     }
-    if any(v <= 0 for v in values.values()) or args.max_depth < 1:
+    if hasattr(args, "max_quarantine_mb"):  # the build commands
+        values["max_quarantine_bytes"] = args.max_quarantine_mb
+    entries = getattr(args, "max_quarantine_entries", Limits().max_quarantine_entries)
+    if any(v <= 0 for v in values.values()) or args.max_depth < 1 or entries < 1:
         raise UsageError("the --max-* limits must be positive")
     return Limits(
         **{k: int(v * MIB) for k, v in values.items()},
         max_depth=args.max_depth,
+        max_quarantine_entries=entries,
     )
 
 

@@ -8,10 +8,13 @@ child forked from pytest would start its count at pytest's own size)."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
+import time
 
+import pytest
 import zstandard
 
 from tests.robustness.conftest import SEAM, seam_env
@@ -40,6 +43,22 @@ def _write_zst(path, pieces) -> int:
     return path.stat().st_size
 
 
+def _build_under_the_rss_cap(cwd, *args: str) -> None:
+    """``seam build-rl ARGS --out out`` with two workers, from the launcher: it succeeds and
+    no process of it peaks over ``RSS_CAP_KB``."""
+    command = [*SEAM, "build-rl", *args, "--out", "out", "--workers", "2", "--no-progress"]
+    done = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, *command],
+        cwd=cwd,
+        env=seam_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    peak_kb = int(done.stdout.split()[-1])
+    assert peak_kb < RSS_CAP_KB, f"peak RSS {peak_kb / 1e6:.2f} GB"
+
+
 def test_bombs_are_quarantined_and_the_build_stays_under_the_rss_cap(tmp_path):
     rng = random.Random(7)
     inputs = tmp_path / "in"
@@ -60,17 +79,7 @@ def test_bombs_are_quarantined_and_the_build_stays_under_the_rss_cap(tmp_path):
     (inputs / "c_big_record.jsonl").write_bytes(
         json.dumps(big).encode() + b"\n" + _good(rng, "after-big")
     )
-    command = [*SEAM, "build-rl", str(inputs), "--out", "out", "--workers", "2", "--no-progress"]
-    done = subprocess.run(
-        [sys.executable, "-c", _LAUNCHER, *command],
-        cwd=tmp_path,
-        env=seam_env(),
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    peak_kb = int(done.stdout.split()[-1])
-    assert peak_kb < RSS_CAP_KB, f"peak RSS {peak_kb / 1e6:.2f} GB"
+    _build_under_the_rss_cap(tmp_path, str(inputs))
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["accepted"] == 4  # before/after each bomb
     quarantine = [json.loads(q) for q in (tmp_path / "out" / "quarantine.jsonl").open()]
@@ -80,3 +89,156 @@ def test_bombs_are_quarantined_and_the_build_stays_under_the_rss_cap(tmp_path):
     assert sum(q["file"].endswith("b_junk.jsonl.zst") for q in quarantine) == 300
     # 300 MiB of junk text, but the quarantine's raw copies are bounded (64 MiB).
     assert (tmp_path / "out" / "quarantine.jsonl").stat().st_size < 80 * MIB
+
+
+def test_a_flood_of_bad_lines_leaves_a_bounded_quarantine_with_an_exact_count(tmp_path):
+    """A few hundred bytes of ``.jsonl.zst`` holding 30,000 ``{}`` lines (five million
+    made a 754 MB quarantine in 4.5 minutes): the quarantine keeps a sample within its
+    caps (entries and bytes), the manifest and the summary count every entry not
+    written, and every line is still counted as quarantined."""
+    rng = random.Random(3)
+    flood = 30_000
+    path = tmp_path / "flood.jsonl.zst"
+    size = _write_zst(path, [_good(rng, "first"), b"{}\n" * flood, _good(rng, "last")])
+    assert size < 4096
+    args = [str(path), "--out", "out", "--no-progress", "--workers", "1", "--verify", "all"]
+    caps = ["--max-quarantine-entries", "500", "--max-quarantine-mb", "0.0625"]  # 64 KiB
+    started = time.monotonic()
+    done = subprocess.run(
+        [*SEAM, "build-rl", *args, *caps],
+        cwd=tmp_path,
+        env=seam_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 120
+    out = tmp_path / "out"
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert (counts["read"], counts["accepted"], counts["quarantined"]) == (flood + 2, 2, flood)
+    written = (out / "quarantine.jsonl").read_bytes()
+    entries = written.count(b"\n")
+    assert 0 < entries <= 500 and len(written) <= 64 << 10
+    assert counts["quarantine_not_written"] == flood - entries  # exact
+    sample = [json.loads(q) for q in written.splitlines()]
+    assert [q["line"] for q in sample] == list(range(2, 2 + entries))  # the first ones
+    assert (
+        f"{flood - entries:,}" in done.stdout and "not written to quarantine.jsonl" in done.stdout
+    )
+    assert "verified 2 rollout(s)" in done.stdout
+
+
+# Tokenizes a rollout of COUNT tool outputs of SIZE characters each and prints the peak
+# RSS (KiB) before and after: the growth is what tokenizing the rollout cost.
+_TOKENIZE = """
+import os, resource, sys
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+from pipeline.worker import segmenter_with
+from schemas.rollout import Rollout
+count, size = int(sys.argv[1]), int(sys.argv[2])
+segmenter = segmenter_with(None, None)
+block = " ".join(f"line {i}: value = {i * 7919 % 1000} # é 中文" for i in range(4000)) + "\\n"
+events = [{"type": "message", "id": "u", "role": "user", "content": "Read the logs."}]
+for i in range(count):
+    text = (f"file {i}\\n" + block * (size // len(block) + 1))[:size]
+    call = {"id": f"c{i}", "name": "read", "arguments": "{}"}
+    events.append({"type": "message", "id": f"a{i}", "role": "assistant", "content": "", "tool_calls": [call]})
+    events.append({"type": "message", "id": f"t{i}", "role": "tool", "content": text, "tool_call_id": f"c{i}"})
+    del text
+events.append({"type": "message", "id": "end", "role": "assistant", "content": "Done."})
+rollout = Rollout.model_validate({"rollout_id": "r", "task_id": "t", "source": "s", "events": events})
+del events
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+segments = segmenter.segments(rollout)
+print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, len(segments[0].tokens))
+"""
+
+
+def test_a_rollout_of_many_large_messages_is_tokenized_in_bounded_memory(tmp_path):
+    """Eight 512 KiB tool outputs in one rollout, tokenized a batch of at most 1 MiB at a
+    time: the tokenizer's cost per character (~60 bytes kept per encoding, ~130 at its
+    peak) is paid for one batch, not for the whole rollout at once (it was: ten 5 MB
+    messages took 3.3 GB). Measured: the peak grows by ~30 MB (it grew by ~110 MB when
+    the rollout was one batch)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _TOKENIZE, "8", str(MIB // 2)],
+        cwd=tmp_path,
+        env=seam_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    before_kb, after_kb, tokens = map(int, done.stdout.split())
+    assert tokens > 4 * MIB // 8  # every message was tokenized
+    grown_mb = (after_kb - before_kb) / 1024
+    assert grown_mb < 75, (
+        f"tokenizing eight 512 KiB messages raised the peak RSS by {grown_mb:.0f} MB"
+    )
+
+
+@pytest.mark.skipif(
+    not os.environ.get("SEAM_FUZZ_EXAMPLES"),
+    reason="tokenizes 50 MB (~1 min): runs under make fuzz",
+)
+def test_a_build_of_ten_5_mb_messages_stays_under_the_rss_cap(tmp_path):
+    """The issue's case end to end: one rollout of ten 5 MB tool outputs, built with two
+    workers, under 1.5 GB peak RSS for the build and its workers (was 3.3 GB)."""
+    events = [{"type": "message", "id": "u", "role": "user", "content": "Read the logs."}]
+    block = " ".join(f"line {i}: value = {i * 7919 % 1000} # é" for i in range(4000)) + "\n"
+    for i in range(10):
+        text = (f"file {i}\n" + block * (5 * MIB // len(block) + 1))[: 5 * MIB]
+        call = {"id": f"c{i}", "name": "read", "arguments": "{}"}
+        events.append(
+            {
+                "type": "message",
+                "id": f"a{i}",
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [call],
+            }
+        )
+        events.append(
+            {
+                "type": "message",
+                "id": f"t{i}",
+                "role": "tool",
+                "content": text,
+                "tool_call_id": f"c{i}",
+            }
+        )
+    events.append({"type": "message", "id": "end", "role": "assistant", "content": "Done."})
+    record = {"rollout_id": "r", "task_id": "t", "source": "s", "events": events, "reward": 1.0}
+    (tmp_path / "big.jsonl").write_text(json.dumps(record, ensure_ascii=False) + "\n")
+    _build_under_the_rss_cap(tmp_path, "big.jsonl", "--verify", "none")
+
+
+def test_the_quarantine_caps_count_every_entry_they_leave_out(tmp_path):
+    """Hand-checked: tasks keep their share (entries, bytes, raw text); the merge keeps
+    the first entries of the build within its caps, duplicates' entries included, and
+    counts the rest."""
+    from pipeline.limits import Limits
+    from pipeline.quarantine import Share, TaskQuarantine, merge_quarantine
+
+    limits = Limits(max_quarantine_entries=40, max_quarantine_raw_bytes=1 << 17)
+    share = Share.of(limits, 2)
+    assert (share.entries, share.raw_bytes) == (20, 1 << 16)  # 40 / 2 tasks; 128 KiB / 2
+    parts = []
+    for task in range(2):
+        quarantine = TaskQuarantine(share)
+        for n in range(30):
+            quarantine.add({"file": f"f{task}", "line": n, "reason": "r"}, "x" * 5000)
+        assert (len(quarantine.lines), quarantine.not_written) == (20, 10)
+        # 65,536 bytes of raw text: the first 13 entries keep theirs, the others say so
+        assert sum(b'"raw"' in q for q in quarantine.lines) == 13
+        parts.append(tmp_path / f"part{task}")
+        quarantine.write(parts[-1])
+    dest = tmp_path / "quarantine.jsonl"
+    duplicates = [b'{"reason": "duplicate"}\n'] * 3
+    assert merge_quarantine(parts, dest, Limits(max_quarantine_entries=25), duplicates) == (25, 18)
+    lines = [json.loads(q) for q in dest.read_text().splitlines()]
+    assert [(q["file"], q["line"]) for q in lines] == [("f0", n) for n in range(20)] + [
+        ("f1", n) for n in range(5)
+    ]
+    small = Limits(max_quarantine_bytes=3 * len(duplicates[0]))
+    assert merge_quarantine([], dest, small, duplicates) == (3, 0)
+    assert merge_quarantine([], dest, small, [*duplicates, b"{}\n"]) == (3, 1)
