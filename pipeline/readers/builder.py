@@ -42,6 +42,17 @@ def msg(role: str, content: str = "", id: str | None = None, **fields: Any) -> M
     return Msg(role, content, id, {k: v for k, v in fields.items() if v is not None})
 
 
+def as_msg(m: MessageEvent) -> Msg:
+    """A built message as a new one (e.g. a copied history carried into another rollout's
+    context), with its id and fields."""
+    return Msg(
+        m.role,
+        m.content,
+        m.id,
+        m.model_dump(exclude_none=True, exclude={"type", "id", "role", "content"}),
+    )
+
+
 class RolloutBuilder:
     """Replays one rollout's messages and rewrites into canonical events."""
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pipeline.fidelity import REDACTED_KEY
 from pipeline.readers import Accepted, ReadItem, Rejected, Skipped
-from pipeline.readers.builder import Msg, RolloutBuilder, msg
+from pipeline.readers.builder import RolloutBuilder, as_msg, msg
 from pipeline.readers.claude_code_placement import Placement, mark_modes, result_text
 from pipeline.readers.common import BAD_CONTENT, UniqueNames, content_text, reason_of
 from schemas.rollout import Keep, MessageEvent
@@ -104,7 +104,7 @@ def thread_rollout(thread: Thread, path: Path, ids: UniqueNames, source: str) ->
             builder.rewrite(
                 "edit",
                 "manual",
-                [_as_context(m) for m in earlier.builder.live_messages()],
+                [as_msg(m) for m in earlier.builder.live_messages()],
                 id="resumed",
                 meta={"resumed_from": thread.entries[0].session_id(), "copied": copied},
             )
@@ -163,15 +163,6 @@ def _input_usage(usage: object) -> int:
         return 0
     names = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     return sum(v for v in (usage.get(n) for n in names) if isinstance(v, int))
-
-
-def _as_context(m: MessageEvent) -> Msg:
-    return Msg(
-        m.role,
-        m.content,
-        m.id,
-        m.model_dump(exclude_none=True, exclude={"type", "id", "role", "content"}),
-    )
 
 
 class _Replay:

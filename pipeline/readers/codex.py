@@ -49,8 +49,13 @@ from pathlib import Path
 
 from pipeline.fidelity import REDACTED_KEY
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, register
-from pipeline.readers.builder import Msg, RolloutBuilder, msg
-from pipeline.readers.codex_sessions import record_identity
+from pipeline.readers.builder import Msg, RolloutBuilder, as_msg, msg
+from pipeline.readers.codex_sessions import (
+    fork_parent,
+    is_fork_copy,
+    own_turn_start,
+    record_identity,
+)
 from pipeline.readers.common import (
     BAD_CONTENT,
     REPEAT,
@@ -260,6 +265,10 @@ class _Session:
         self.response_calls: list[str] = []
         self.usage_total: object = None
         self.base_id: str | None = None
+        # A fork that started from a copy of its parent's history: (parent, copied
+        # records, copied context messages).
+        self.copied: tuple[str, int, int] | None = None
+        self.broken: str | None = None  # why the session cannot be built, if known early
         instructions = meta.get("base_instructions") or {}
         text = instructions.get("text") if isinstance(instructions, dict) else instructions
         if text:
@@ -319,17 +328,36 @@ def rollouts_from_records(records: Records, default_id: str) -> Iterator[ReadIte
     """Codex records (``(line, record, parse error, raw text)`` in order, from one file
     or several) → one rollout per ``session_meta`` id, in order of first appearance; a
     ``session_meta`` whose id was seen before continues that session. Records before any
-    ``session_meta`` form a session named ``default_id``."""
+    ``session_meta`` form a session named ``default_id``. A fork's copy of its parent's
+    history (``codex_sessions``) is read into a session of its own, then becomes the
+    fork's starting context (``_Fork.adopt``)."""
     sessions: dict[str, _Session] = {}
     session: _Session | None = None
+    forks: list[_Fork] = []  # copies being read, innermost last (a fork of a fork nests)
     for line, rec, error, raw in records:
         if error or rec is None:
             yield Rejected(line, error or "not a JSON object", raw)
             continue
+        while forks and forks[-1].ends_at(rec):
+            session = forks.pop().adopt()
         rtype, payload = str(rec.get("type")), rec.get("payload")
         payload = payload if isinstance(payload, dict) else {}
         if rtype == "session_meta":
             key = str(payload.get("id") or payload.get("session_id") or default_id)
+            if forks and key == forks[-1].parent:
+                forks[-1].copy.resumed += 1
+                forks[-1].copy.records += 1
+                continue
+            if session is not None and is_fork_copy(session.meta, session.records, payload):
+                try:
+                    forks.append(_Fork(session, key, rec.get("timestamp"), payload, line))
+                except BAD_CONTENT as exc:
+                    yield Rejected(line, f"session_meta: {reason_of(exc)}", raw)
+                    continue
+                session = forks[-1].copy
+                continue
+            while forks:  # another session starts: the copies end here
+                forks.pop().adopt()
             if key in sessions:
                 session = sessions[key]
                 session.resumed += 1
@@ -354,9 +382,58 @@ def rollouts_from_records(records: Records, default_id: str) -> Iterator[ReadIte
             yield Skipped(line, skip)
         else:
             session.records += 1
+    while forks:
+        forks.pop().adopt()
     ids = UniqueNames()
     for key, s in sessions.items():
         yield from _finish(s, key, ids)
+
+
+class _Fork:
+    """A fork whose copy of its parent's history is being read (``codex_sessions``): the
+    copy is replayed like a session of its own, so its compactions, rollbacks and calls
+    end where they ended for the parent, and its live context at the end of the copy is
+    what the fork starts with."""
+
+    def __init__(
+        self, fork: _Session, parent: str, stamp: object, header: dict, line: int | None
+    ) -> None:
+        self.fork, self.parent, self.stamp = fork, parent, stamp
+        own = fork.meta.get("id") or fork.meta.get("session_id")
+        self.fork_id = str(own)
+        self.copy = _Session(header, line)
+        self.copy.records += 1
+
+    def ends_at(self, rec: dict) -> bool:
+        return own_turn_start(self.fork_id, self.stamp, rec)
+
+    def adopt(self) -> _Session:
+        """The fork's context becomes the copy's live context (context, not calls: the
+        parent made those calls), after the fork's own system prompt; returns the fork."""
+        copy, fork = self.copy, self.fork
+        fork.records += copy.records
+        try:
+            copy.flush()
+            copy.builder.fill_missing_results()  # what Codex sends for an unanswered call
+            live = [
+                m for m in copy.builder.live_messages() if m.id != copy.base_id or not fork.base_id
+            ]
+            items: list[Keep | Msg] = [Keep(id=fork.base_id)] if fork.base_id else []
+            items += [as_msg(m) for m in live]
+            fork.builder.rewrite(
+                "edit",
+                "manual",
+                items,
+                id="forked",
+                meta={"forked_from": self.parent, "copied_records": copy.records},
+            )
+        except BAD_CONTENT as exc:
+            fork.broken = f"its copy of the parent's history: {reason_of(exc)}"
+            return fork
+        fork.copied = (self.parent, copy.records, len(live))
+        fork.fidelity += copy.fidelity
+        fork.turn_starts |= copy.turn_starts
+        return fork
 
 
 @register
@@ -506,14 +583,19 @@ def _finish(s: _Session, session_id: str, ids: UniqueNames) -> Iterator[ReadItem
     try:
         s.flush()
     except BAD_CONTENT as exc:
-        yield Rejected(s.first, f"session: {reason_of(exc)}", records=s.records)
+        s.broken = s.broken or reason_of(exc)
+    if s.broken:
+        yield Rejected(s.first, f"session {session_id}: {s.broken}", records=s.records)
         return
     if not s.builder.has_calls():
-        yield Rejected(
-            s.first,
-            f"session {session_id} has no model call ({s.records} records)",
-            records=s.records,
-        )
+        own = f"session {session_id} has no model call ({s.records} records)"
+        if s.copied:
+            source, copied, _ = s.copied
+            own = (
+                f"session {session_id}, a fork of {source}, has no model call of its own "
+                f"({s.records} records, {copied} of them its copy of the parent's history)"
+            )
+        yield Rejected(s.first, own, records=s.records)
         return
     meta = {
         k: s.meta[k]
@@ -525,12 +607,15 @@ def _finish(s: _Session, session_id: str, ids: UniqueNames) -> Iterator[ReadItem
         meta["models"] = s.models
     if s.resumed:
         meta["resumed"] = s.resumed
+    if s.copied:
+        source, copied, messages = s.copied
+        meta["forked"] = {"from": source, "copied_records": copied, "copied_messages": messages}
     # Codex sends its tool definitions with every request and never logs them.
     meta["fidelity"] = [
         _fidelity("missing_tool_schemas", None, "Codex does not log the tools it sends"),
         *s.fidelity,
     ]
-    parent = s.meta.get("parent_thread_id") or s.meta.get("forked_from_id")
+    parent = fork_parent(s.meta)
     rollout_id = ids.claim(session_id)
     try:
         rollout = s.builder.build(
@@ -539,7 +624,7 @@ def _finish(s: _Session, session_id: str, ids: UniqueNames) -> Iterator[ReadItem
             source=CodexReader.name,
             model=s.models[0] if s.models else None,
             meta=meta,
-            parent_rollout_id=str(parent) if parent else None,
+            parent_rollout_id=parent,
         )
     except BAD_CONTENT as exc:
         yield Rejected(s.first, f"session {rollout_id}: {reason_of(exc)}", records=s.records)

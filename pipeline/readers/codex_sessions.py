@@ -32,7 +32,7 @@ import re
 from datetime import datetime
 
 ENCRYPTED_PREFIX = "encrypted"
-TURN_STARTS = frozenset({"task_started", "turn_started"})
+TURN_STARTS = ("task_started", "turn_started")
 COPY_WINDOW_S = 1.0
 _UUID7 = re.compile(r"^([0-9a-f]{8})-([0-9a-f]{4})-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -58,8 +58,8 @@ def fork_parent(meta: dict) -> str | None:
     spawn = (source.get("subagent") or {}) if isinstance(source, dict) else {}
     spawn = spawn.get("thread_spawn") if isinstance(spawn, dict) else None
     for value in (
-        meta.get("forked_from_id"),
         meta.get("parent_thread_id"),
+        meta.get("forked_from_id"),
         spawn.get("parent_thread_id") if isinstance(spawn, dict) else None,
     ):
         if value:

@@ -6,12 +6,15 @@ are checked too."""
 
 from __future__ import annotations
 
+import json
 import os
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from pipeline.readers import REGISTRY, Accepted, Rejected, Skipped
+from pipeline.readers.builder import MISSING_RESULT
 from pipeline.readers.common import REPEAT_REASON
 from schemas.replay import replay
 from schemas.rollout import MessageEvent, Rollout
@@ -95,3 +98,177 @@ def test_real_snapshots_of_one_session_train_exactly_what_the_newest_trains():
     assert rewrites == [e.reason for e in alone.events if e.type == "rewrite"] == ["compaction"]
     older = sum(len(p.read_text().splitlines()) for p in paths if p != newest)
     assert sum(s.reason == REPEAT_REASON for s in skipped) == older
+
+
+# -- forked sub-agents -------------------------------------------------------------------
+
+PARENT, FORK = "019d1000-0000-7000-8000-0000000000a1", "019d1000-0500-7000-8000-0000000000b2"
+
+
+def test_a_forked_sub_agent_is_its_own_rollout_with_the_parent_history_as_context():
+    path = fixture("codex", "fork_subagent.jsonl")
+    rollouts, rejected, _ = read_together([path])
+    assert not rejected
+    (fork,) = rollouts
+    assert (fork.rollout_id, fork.parent_rollout_id) == (FORK, PARENT)
+    assert fork.meta["forked"] == {"from": PARENT, "copied_records": 11, "copied_messages": 6}
+    # Only its own work is trained: one call with a tool call, one answer.
+    assert [c.content for c in fork.calls()] == [
+        "",
+        "Missing cases: empty input and a trailing comma.",
+    ]
+    # Its first call saw its own system prompt, the parent's history as the parent left
+    # it (the spawn call answered by Codex's fork notice), then its task.
+    first = replay(fork)[0].context
+    assert [m.role for m in first] == [
+        "system",
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "user",
+    ]
+    assert first[0].id == "base_instructions"
+    assert first[4].content == "src:\nparser.py\n\ntests:\ntest_parser.py"
+    assert first[6].content.startswith("You are the newly spawned agent.")
+    assert first[-1].content == "Review tests/ for missing cases"
+    rewrite = next(e for e in fork.events if e.type == "rewrite")
+    assert (rewrite.id, rewrite.reason, rewrite.meta["forked_from"]) == ("forked", "edit", PARENT)
+
+
+def test_the_parent_and_its_fork_build_two_linked_rollouts_that_vote_together(tmp_path):
+    """Both files in one RL build: no duplicate rollout id, nothing quarantined, the
+    fork votes with its parent (rewards for the parent and another session of the
+    task: +1 and -1; the fork gets its parent's +1 and group size 2)."""
+    import pyarrow.parquet as pq
+
+    from pipeline.cli import main
+
+    other = fixture("codex", "calls_and_duplicates.jsonl")
+    (rival,) = read_together([other])[0]
+    rewards = tmp_path / "rewards.csv"
+    rewards.write_text(f"rollout_id,reward,task_id\n{PARENT},1,t\n{rival.rollout_id},0,t\n")
+    out = tmp_path / "out"
+    paths = [str(fixture("codex", n)) for n in ("fork_parent.jsonl", "fork_subagent.jsonl")]
+    args = ["build-rl", *paths, str(other), "--out", str(out), "--rewards", str(rewards)]
+    assert main([*args, "--no-progress", "--workers", "1", "--verify", "none"]) == 0
+    assert (out / "quarantine.jsonl").read_text() == ""
+    rows = [r for shard in sorted(out.glob("*.parquet")) for r in pq.read_table(shard).to_pylist()]
+    got = {
+        (r["rollout_id"], r["parent_rollout_id"], round(r["advantage"], 4), r["group_size"])
+        for r in rows
+    }
+    assert got == {
+        (PARENT, None, 1.0, 2),
+        (FORK, PARENT, 1.0, 2),
+        (rival.rollout_id, None, -1.0, 2),
+    }
+
+
+def test_a_fork_without_a_call_of_its_own_says_so_truly(tmp_path):
+    lines = fixture("codex", "fork_subagent.jsonl").read_text().splitlines()
+    path = tmp_path / "fork.jsonl"
+    path.write_text("\n".join(lines[:18]) + "\n")  # the copy and its first own records
+    rollouts, rejected, _ = read_together([path])
+    assert not rollouts
+    assert [r.reason for r in rejected] == [
+        f"session {FORK}, a fork of {PARENT}, has no model call of its own "
+        "(13 records, 11 of them its copy of the parent's history)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("turn_id", "stamp", "own"),
+    [
+        ("019d1000-0600-7000-8000-000000000002", "2026-04-01T12:00:20.002Z", True),
+        ("019d1000-0100-7000-8000-000000000001", "2026-04-01T12:09:00.000Z", False),
+        # Turn ids that are not UUIDv7: the copy is the burst written at the fork.
+        ("3", "2026-04-01T12:00:20.900Z", False),
+        ("3", "2026-04-01T12:00:21.500Z", True),
+        (None, "not a time", False),
+    ],
+)
+def test_the_copy_ends_at_the_first_turn_the_fork_started_itself(turn_id, stamp, own):
+    from pipeline.readers.codex_sessions import own_turn_start
+
+    start = {"timestamp": stamp, "type": "turn_context", "payload": {"turn_id": turn_id}}
+    assert own_turn_start(FORK, "2026-04-01T12:00:20.001Z", start) is own
+    event = {"timestamp": stamp, "type": "event_msg", "payload": {"type": "task_started"}}
+    event["payload"]["turn_id"] = turn_id
+    assert own_turn_start(FORK, "2026-04-01T12:00:20.001Z", event) is own
+    message = {"timestamp": stamp, "type": "response_item", "payload": {"turn_id": turn_id}}
+    assert own_turn_start(FORK, "2026-04-01T12:00:20.001Z", message) is False
+
+
+def test_real_forked_sub_agent_trains_only_its_own_calls_and_states_no_untrue_reason():
+    """A real sub-agent forked from its parent (0.118): before, its header made an empty
+    session quarantined as "has no model call" and the copied history a second rollout
+    of the parent. Now: one rollout, linked to the parent, nothing rejected, and its calls
+    are exactly the model calls written after the copy (an independent split: the copy
+    is written within a second of the file's first record)."""
+    (path,) = _real("git-sync_*.jsonl")
+    items = list(REGISTRY["codex"].read(path))
+    assert not [i for i in items if isinstance(i, Rejected)]
+    (accepted,) = [i for i in items if isinstance(i, Accepted)]
+    fork = accepted.rollout
+    header = json.loads(path.read_text().splitlines()[0])
+    assert fork.rollout_id == header["payload"]["id"]
+    assert fork.parent_rollout_id == header["payload"]["forked_from_id"]
+    start = datetime.fromisoformat(header["timestamp"].replace("Z", "+00:00"))
+    own, copied = set(), set()
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        kind = rec["payload"].get("type") if rec["type"] == "response_item" else None
+        if kind in ("function_call", "custom_tool_call"):
+            at = datetime.fromisoformat(rec["timestamp"].replace("Z", "+00:00"))
+            (own if (at - start).total_seconds() > 1 else copied).add(rec["payload"]["call_id"])
+    # (a web search has no call id in the log: seam names it after its line)
+    trained = {t.id for c in fork.calls() for t in c.tool_calls if "@" not in t.id}
+    assert trained == own and copied and not trained & copied
+    assert len(fork.calls()) == 33
+    # The parent's web search in the copied history still says its results are unknown.
+    searches = [f for f in fork.meta["fidelity"] if f["reason"] == "opaque_tool_result"]
+    assert len(searches) == 2
+    assert sum(i.records if not isinstance(i, Skipped) else 1 for i in items) == len(
+        path.read_text().splitlines()
+    )
+
+
+def test_a_call_the_copy_left_unanswered_gets_the_placeholder_codex_sends(tmp_path):
+    lines = fixture("codex", "fork_subagent.jsonl").read_text().splitlines()
+    path = tmp_path / "fork.jsonl"
+    path.write_text("\n".join(lines[:15] + lines[16:]) + "\n")  # no output for the spawn
+    (fork,) = read_together([path])[0]
+    first = replay(fork)[0].context
+    assert [(m.role, m.content) for m in first[5:7]] == [
+        ("assistant", "Spawning a reviewer for the tests while I read the parser."),
+        ("tool", MISSING_RESULT),
+    ]
+
+
+def test_a_parent_header_repeated_inside_the_copy_continues_the_copy(tmp_path):
+    """Codex Desktop writes a session's header again on each resumed turn; a copy of such
+    a history holds it too, and the copy goes on."""
+    lines = fixture("codex", "fork_subagent.jsonl").read_text().splitlines()
+    path = tmp_path / "fork.jsonl"
+    path.write_text("\n".join(lines[:9] + [lines[1]] + lines[9:]) + "\n")
+    (fork,) = read_together([path])[0]
+    (alone,) = read_together([fixture("codex", "fork_subagent.jsonl")])[0]
+    assert as_seen(fork) == as_seen(alone)
+    assert fork.meta["forked"]["copied_records"] == alone.meta["forked"]["copied_records"] + 1
+
+
+def test_another_session_after_the_copy_ends_it(tmp_path):
+    lines = fixture("codex", "fork_subagent.jsonl").read_text().splitlines()
+    # Another session, later: its turn start must not be taken for the fork's own.
+    other = [
+        line.replace("2026-02-23T12:00:", "2026-04-01T12:05:")
+        for line in fixture("codex", "two_sessions.jsonl").read_text().splitlines()[:5]
+    ]
+    path = tmp_path / "fork.jsonl"
+    path.write_text("\n".join(lines[:15] + other) + "\n")
+    rollouts, rejected, _ = read_together([path])
+    assert [r.rollout_id for r in rollouts] == ["019c8a70-0000-7000-8000-00000000c0de"]
+    assert [r.reason.split(",")[1] for r in rejected] == [f" a fork of {PARENT}"]
