@@ -28,6 +28,7 @@ from pipeline.canonical_io import open_text_stream
 from pipeline.readers import Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.claude_code_attachments import Rendered, Unrendered, render
 from pipeline.readers.claude_code_captures import join_captures
+from pipeline.readers.claude_code_compact import join_compaction_calls
 from pipeline.readers.claude_code_replay import Entry, Thread, thread_rollout
 from pipeline.readers.common import (
     BAD_CONTENT,
@@ -115,6 +116,7 @@ class ClaudeCodeReader(Reader):
                 continue
             if skip:
                 yield Skipped(line, skip)
+        join_compaction_calls(threads)
         ids = UniqueNames()
         for thread in threads.values():
             thread.fidelity.extend(

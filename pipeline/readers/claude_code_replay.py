@@ -38,6 +38,8 @@ STOP_REASONS = {
 # Reasoning blocks of a response: ``thinking`` (its text, or only a ``signature`` when
 # the API omitted the text) and ``redacted_thinking`` (encrypted ``data``, no text).
 REASONING_BLOCKS = ("thinking", "redacted_thinking")
+# Entry.data flag of a call that wrote a compaction summary (claude_code_compact.py).
+SUMMARY_CALL = "summary_call"
 ORPHAN = "tool_result for a tool_use not in this conversation (sliced file, or a second result for one call)"
 
 
@@ -289,6 +291,8 @@ class _Replay:
                 id=message.get("id") or first.get("uuid"),
                 reasoning="\n\n".join(t for t in thinking if t) or None,
                 tool_calls=calls or None,
+                # A compaction's own call (joined from its agent-acompact file).
+                kind="summary" if entry.data.get(SUMMARY_CALL) else None,
                 finish_reason=STOP_REASONS.get(str(stop)) or ("tool_calls" if calls else None),
                 meta={
                     k: v

@@ -1,0 +1,175 @@
+"""Claude Code's compaction call (``subagents/agent-acompact-*.jsonl``) is the summary
+call of its compaction (issue 22, item 4): joined to the main session, its context is
+the main history up to the boundary plus the prompt it records, ``kind: "summary"``,
+trained once, and ``--synthesize-summary-calls`` adds none where it exists."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from judge.filters import FilterOptions
+from judge.sft import SftStage
+from judge.synthesize import load_prompt, synthesize_summary_calls
+from pipeline.build import BuildConfig, run_build
+from pipeline.readers import REGISTRY, Accepted, Rejected
+from pipeline.rows import RowOptions, masked_segments
+from pipeline.segment import Segmenter
+from schemas.replay import replay
+from schemas.rollout import Rollout
+from tests.readers.util import fixture, shape
+
+SESSION = "7a90c3e1-0000-4000-8000-00000000ac01"
+DIR = fixture("claude_code", "compaction_call")
+MAIN = DIR / f"{SESSION}.jsonl"
+SIDE = DIR / SESSION / "subagents" / "agent-acompact-5e1f0a.jsonl"
+
+
+def _read(*paths: Path) -> list[Rollout]:
+    items = list(REGISTRY["claude-code"].read_files(list(paths)))
+    assert not [i.reason for i in items if isinstance(i, Rejected)]
+    return [i.rollout for i in items if isinstance(i, Accepted)]
+
+
+def test_the_compaction_call_is_the_summary_call_before_its_rewrite():
+    (rollout,) = _read(MAIN, SIDE)  # one rollout: no agent-acompact sub-agent
+    assert rollout.rollout_id == SESSION
+    assert [s[:2] for s in shape(rollout)] == [
+        ("user", "m-u1"),
+        ("assistant", "msg_C1"),
+        ("tool", "m-r1:toolu_ed"),
+        # the hook's context, recorded only in the compaction call's file, where its
+        # parent is: every later call saw it
+        ("user", "k-h1"),
+        ("assistant", "msg_C2"),
+        ("tool", "m-r2:toolu_t"),
+        ("user", "k-q1"),  # the compaction prompt
+        ("assistant", "msg_K1"),  # the summary call
+        ("rewrite", "compaction"),
+        ("assistant", "msg_C3"),
+    ]
+    views = {v.message.id: v for v in replay(rollout)}
+    summary = views["msg_K1"]
+    assert summary.message.call_kind == "summary"
+    assert [m.id for m in summary.context] == [
+        "m-u1",
+        "msg_C1",
+        "m-r1:toolu_ed",
+        "k-h1",
+        "msg_C2",
+        "m-r2:toolu_t",
+        "k-q1",
+    ]
+    assert summary.context[-1].content.startswith("Your task is to create a detailed summary")
+    assert summary.message.content.startswith("<analysis>")
+    assert summary.message.meta["reported_input_tokens"] == 21800
+    assert [m.id for m in views["msg_C2"].context][-1] == "k-h1"
+    assert [m.id for m in views["msg_C3"].context] == ["m-s1"]  # after the rewrite
+
+
+def test_it_is_trained_once_at_the_end_of_the_segment_it_closes(renderer):
+    (rollout,) = _read(MAIN, SIDE)
+    masked, _ = masked_segments(rollout, Segmenter(renderer), RowOptions(require_outcome=False))
+    assert [[(s.call_index, s.kind) for s in m.segment.spans] for m in masked] == [
+        [(0, "action"), (1, "action"), (2, "summary")],
+        [(3, "action")],
+    ]
+    assert [m.segment.seam_kind for m in masked] == ["none", "compaction"]
+    assert all(all(m.trained) for m in masked)
+
+
+def test_without_its_file_there_is_no_summary_call_and_the_synthesized_one_is_added():
+    (rollout,) = _read(MAIN)
+    assert [c.call_kind for c in rollout.calls()] == ["action"] * 3
+    assert synthesize_summary_calls(rollout, load_prompt(None))[1] == 1
+    (joined,) = _read(MAIN, SIDE)
+    assert synthesize_summary_calls(joined, load_prompt(None)) == (joined, 0)
+
+
+def test_build_sft_synthesizes_no_call_where_the_real_one_is_joined(tmp_path):
+    real = run_build(
+        BuildConfig(
+            inputs=[str(DIR)],
+            out=str(tmp_path / "out"),
+            kind="sft",
+            workers=1,
+            progress=False,
+            stage=SftStage(None, FilterOptions(), load_prompt(None)),
+        )
+    )
+    counts = json.loads((real.out / "manifest.json").read_text())["counts"]
+    assert counts["synthesized_summary_calls"] == 0
+    rows = pq.read_table(real.out / real.shards[0]).to_pylist()
+    assert {r["rollout_id"] for r in rows} == {SESSION}
+    kinds = [s["kind"] for r in rows for s in r["call_spans"]]
+    assert kinds.count("summary") == 1
+    assert all(
+        r["context_fidelity"] == ["missing_system_prompt", "missing_tool_schemas"] for r in rows
+    )
+
+
+def _copy(tmp_path: Path, main_lines: list[str] | None = None, side_lines: list[str] | None = None):
+    """The fixture session in ``tmp_path`` with its files' lines replaced."""
+    root = tmp_path / "s"
+    shutil.copytree(DIR, root)
+    main, side = root / MAIN.name, root / SIDE.relative_to(DIR)
+    if main_lines is not None:
+        main.write_text("".join(main_lines))
+    if side_lines is not None:
+        side.write_text("".join(side_lines))
+    return main, side
+
+
+def test_a_compaction_call_without_its_boundary_stays_a_sub_agent(tmp_path):
+    """An aborted compaction (the call was made, no boundary followed): no rewrite to
+    attach it to, so it is not put into the main context; it stays a sub-agent."""
+    lines = MAIN.read_text().splitlines(keepends=True)
+    main, side = _copy(tmp_path, [x for x in lines if '"compact_boundary"' not in x])
+    rollouts = {r.rollout_id: r for r in _read(main, side)}
+    assert set(rollouts) == {SESSION, f"{SESSION}/agent-acompact-5e1f0a"}
+    assert "k-h1" not in [e.id for e in rollouts[SESSION].events]
+
+
+def test_damage_noted_after_the_join_names_the_event_it_was_noted_at(tmp_path):
+    """A lost record noted at an entry after the inserted ones still names that entry's
+    event (the notes move with the entries)."""
+    lines = [
+        x.replace('"parentUuid":"m-s1"', '"parentUuid":"gone"')
+        for x in MAIN.read_text().splitlines(keepends=True)
+    ]
+    main, side = _copy(tmp_path, lines)
+    (rollout,) = _read(main, side)
+    lost = [e for e in rollout.meta["fidelity"] if e["reason"] == "lost_records"]
+    assert [e["event_id"] for e in lost] == ["msg_C3"]
+
+
+REAL = os.environ.get("SEAM_REALWORLD_NEW_DIR")
+
+
+@pytest.mark.skipif(not REAL, reason="SEAM_REALWORLD_NEW_DIR not set")
+def test_the_real_compaction_call_is_rebuilt_from_the_whole_main_history(renderer):
+    """spotter_258c7280: the harness reports 169,248 input tokens for the compaction call
+    (it was rebuilt from 2,474 as a sub-agent). Joined, it grows from the last main call
+    as the harness's count does (within the tokenizers' ratio)."""
+    base = Path(str(REAL)) / "claude_code"
+    paths = [base / "spotter_258c7280.jsonl", *sorted((base / "spotter_258c7280").rglob("*.jsonl"))]
+    rollouts = {r.rollout_id.split("/")[-1]: r for r in _read(*paths)}
+    assert not any("acompact" in k for k in rollouts)
+    main = next(r for k, r in rollouts.items() if "/" not in k and not k.startswith("agent-"))
+    masked, _ = masked_segments(main, Segmenter(renderer), RowOptions(require_outcome=False))
+    calls = main.calls()
+    spans = [s for m in masked for s in m.segment.spans]
+    summary = [s for s in spans if s.kind == "summary"]
+    assert len(summary) == 1
+    at = spans.index(summary[0])
+    before = spans[at - 1]
+    reported = [calls[s.call_index].meta["reported_input_tokens"] for s in (before, summary[0])]
+    assert reported == [166759, 169248]
+    rebuilt_growth = summary[0].start - before.start
+    assert 1.0 <= (reported[1] - reported[0]) / rebuilt_growth <= 1.3
+    assert summary[0].start > 120_000
