@@ -71,7 +71,7 @@ def _join(main: Thread, side: Thread) -> bool:
         return False
     prompt = context[-1]
     where = {u: i for i, e in enumerate(main.entries) for u in _uuids(e)}
-    boundary = _boundary_of(main, str(_parent(prompt)), where)
+    boundary = _boundary_of(main, str(_parent(prompt)))
     if boundary is None or _parent(call) not in _uuids(prompt):
         return False
     inserts: dict[int, list[Entry]] = {}  # main index → entries inserted right after it
@@ -102,22 +102,12 @@ def _has_tool_use(call: Entry) -> bool:
     return False
 
 
-def _boundary_of(main: Thread, parent: str, where: dict[str, int]) -> int | None:
-    """The index of the ``compact`` entry this call wrote, else None: the boundary whose
-    ``logicalParentUuid`` is the prompt's parent (both are the last message before the
-    compaction), else the first boundary after the prompt's parent with no call between."""
+def _boundary_of(main: Thread, parent: str) -> int | None:
+    """The index of the ``compact`` entry this call wrote (its ``logicalParentUuid`` is
+    the prompt's parent: both are the last message before the compaction), else None."""
     for i, entry in enumerate(main.entries):
         if entry.kind == "compact" and str(entry.data.get("logicalParentUuid")) == parent:
             return i
-    start = where.get(parent)
-    if start is None:
-        return None
-    for i in range(start + 1, len(main.entries)):
-        kind = main.entries[i].kind
-        if kind == "compact":
-            return i
-        if kind == "call":
-            return None
     return None
 
 

@@ -17,12 +17,12 @@ from judge.filters import FilterOptions
 from judge.sft import SftStage
 from judge.synthesize import load_prompt, synthesize_summary_calls
 from pipeline.build import BuildConfig, run_build
-from pipeline.readers import REGISTRY, Accepted, Rejected
+from pipeline.readers import REGISTRY, Accepted, Rejected, Skipped
 from pipeline.rows import RowOptions, masked_segments
 from pipeline.segment import Segmenter
 from schemas.replay import replay
 from schemas.rollout import Rollout
-from tests.readers.util import fixture, shape
+from tests.readers.util import fixture, nonblank_lines, shape
 
 SESSION = "7a90c3e1-0000-4000-8000-00000000ac01"
 DIR = fixture("claude_code", "compaction_call")
@@ -133,6 +133,23 @@ def test_a_compaction_call_without_its_boundary_stays_a_sub_agent(tmp_path):
     rollouts = {r.rollout_id: r for r in _read(main, side)}
     assert set(rollouts) == {SESSION, f"{SESSION}/agent-acompact-5e1f0a"}
     assert "k-h1" not in [e.id for e in rollouts[SESSION].events]
+
+
+def test_a_compaction_call_that_calls_a_tool_stays_a_sub_agent(tmp_path):
+    """A summary call never calls tools (Claude Code forks it with one turn): one that
+    does is not what this join knows, so nothing moves."""
+    lines = SIDE.read_text().splitlines(keepends=True)
+    tool = '{"type":"tool_use","id":"toolu_k","name":"Read","input":{"file_path":"a"}}'
+    lines[-1] = lines[-1].replace('"content":[{', '"content":[' + tool + ",{")
+    main, side = _copy(tmp_path, side_lines=lines)
+    rollouts = {r.rollout_id for r in _read(main, side)}
+    assert rollouts == {SESSION, f"{SESSION}/agent-acompact-5e1f0a"}
+
+
+def test_every_record_of_both_files_is_accounted_for_once():
+    items = list(REGISTRY["claude-code"].read_files([MAIN, SIDE]))
+    records = sum(1 if isinstance(i, Skipped) else i.records for i in items)
+    assert records == nonblank_lines(MAIN) + nonblank_lines(SIDE) == 12
 
 
 def test_damage_noted_after_the_join_names_the_event_it_was_noted_at(tmp_path):
