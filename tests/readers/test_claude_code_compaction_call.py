@@ -125,25 +125,33 @@ def _copy(tmp_path: Path, main_lines: list[str] | None = None, side_lines: list[
     return main, side
 
 
-def test_a_compaction_call_without_its_boundary_stays_a_sub_agent(tmp_path):
-    """An aborted compaction (the call was made, no boundary followed): no rewrite to
-    attach it to, so it is not put into the main context; it stays a sub-agent."""
-    lines = MAIN.read_text().splitlines(keepends=True)
-    main, side = _copy(tmp_path, [x for x in lines if '"compact_boundary"' not in x])
+TOOL = '{"type":"tool_use","id":"toolu_k","name":"Read","input":{"file_path":"a"}}'
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new"),
+    [
+        # an aborted compaction: the call was made, no boundary followed
+        ("main", '"subtype":"compact_boundary"', '"subtype":"turn_duration"'),
+        # a boundary that names another last message: not this call's compaction
+        ("main", '"logicalParentUuid":"m-r2"', '"logicalParentUuid":"m-a2"'),
+        # a history message placed after the boundary: not the history it summarized
+        ("side", '"parentUuid":"m-r1"', '"parentUuid":"m-s1"'),
+        # a summary call never calls tools (Claude Code forks it for one turn)
+        ("side", '"content":[{"type":"text"', '"content":[' + TOOL + ',{"type":"text"'),
+    ],
+)
+def test_a_compaction_file_that_does_not_fit_stays_a_sub_agent(tmp_path, file, old, new):
+    """What this join does not know is left as it was read: nothing moves into the main
+    context, and the file is a sub-agent rollout of its session."""
+    source = MAIN if file == "main" else SIDE
+    lines = source.read_text().splitlines(keepends=True)
+    changed = [x.replace(old, new) for x in lines]
+    assert changed != lines
+    main, side = _copy(tmp_path, **{f"{file}_lines": changed})
     rollouts = {r.rollout_id: r for r in _read(main, side)}
     assert set(rollouts) == {SESSION, f"{SESSION}/agent-acompact-5e1f0a"}
     assert "k-h1" not in [e.id for e in rollouts[SESSION].events]
-
-
-def test_a_compaction_call_that_calls_a_tool_stays_a_sub_agent(tmp_path):
-    """A summary call never calls tools (Claude Code forks it with one turn): one that
-    does is not what this join knows, so nothing moves."""
-    lines = SIDE.read_text().splitlines(keepends=True)
-    tool = '{"type":"tool_use","id":"toolu_k","name":"Read","input":{"file_path":"a"}}'
-    lines[-1] = lines[-1].replace('"content":[{', '"content":[' + tool + ",{")
-    main, side = _copy(tmp_path, side_lines=lines)
-    rollouts = {r.rollout_id for r in _read(main, side)}
-    assert rollouts == {SESSION, f"{SESSION}/agent-acompact-5e1f0a"}
 
 
 def test_every_record_of_both_files_is_accounted_for_once():
