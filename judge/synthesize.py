@@ -1,8 +1,10 @@
 """Synthesized summary calls for harness logs (``build-sft --synthesize-summary-calls``).
 
-Claude Code does not log the call that wrote a compaction summary: the summary arrives as
-a user message after the boundary, with loss 0, so summary writing is never trained from
-its logs (``--mask-summaries`` has nothing to mask). A synthesized call restores the
+Claude Code's session file does not log the call that wrote a compaction summary: the
+summary arrives as a user message after the boundary, with loss 0, so summary writing is
+never trained from it (``--mask-summaries`` has nothing to mask). The call is in a
+sub-agent file (``agent-acompact-*.jsonl``); given with the session, the reader joins it
+as the real summary call, and then none is synthesized (``summary_call`` is set). A synthesized call restores the
 missing step: its context is the live context at the boundary plus a summary prompt
 (``prompts/summary_call.txt`` by default, or ``PROMPT_FILE``; the user's custom
 instructions — the text after ``/compact``, from a ``seam hooks`` capture or the

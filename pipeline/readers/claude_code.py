@@ -9,8 +9,9 @@ conversation into events.
 
 Rewrites: ``compact_boundary`` + the following ``isCompactSummary`` user record become a
 ``compaction`` rewrite whose new context is the summary (plus any messages the
-boundary says it preserved); the summary call itself is not in the file, so there is
-no summary call. ``microcompact_boundary`` clears the results of ``compactedToolIds``
+boundary says it preserved); the summary call itself is in a sub-agent file
+(``agent-acompact-*``), joined to the session as that compaction's summary call
+(``claude_code_compact``). ``microcompact_boundary`` clears the results of ``compactedToolIds``
 in place: an ``edit`` rewrite (a context edit, counted apart from compactions) keeping
 everything, with those results replaced by the cleared placeholder. ``attachment``
 records become the messages Claude Code sends for them (``claude_code_attachments``).

@@ -5,7 +5,8 @@ response; this module replays one conversation, in file order, into events:
 
 - ``compact_boundary`` (+ the ``isCompactSummary`` user record after it) → a
   ``compaction`` rewrite to the summary, plus the messages the boundary lists in
-  ``preservedMessages``. The summary call is not in the file: no summary call.
+  ``preservedMessages``. The summary call is in its own file (``agent-acompact-*``):
+  ``claude_code_compact`` puts it before the boundary, a call flagged ``SUMMARY_CALL``.
 - ``microcompact_boundary`` → an ``edit`` rewrite keeping every live message, the
   results of ``compactedToolIds`` replaced by Claude Code's cleared placeholder.
 - A resumed session (``claude --resume``) starts with copies of the earlier session's

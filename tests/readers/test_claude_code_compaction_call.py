@@ -137,6 +137,12 @@ TOOL = '{"type":"tool_use","id":"toolu_k","name":"Read","input":{"file_path":"a"
         ("main", '"logicalParentUuid":"m-r2"', '"logicalParentUuid":"m-a2"'),
         # a history message placed after the boundary: not the history it summarized
         ("side", '"parentUuid":"m-r1"', '"parentUuid":"m-s1"'),
+        # a tool result among the history messages: not a message this join places
+        (
+            "side",
+            '"content":"<system-reminder>\\nPostToolUse:Edit hook additional context: ruff: All checks passed!\\n</system-reminder>"',
+            '"content":[{"type":"tool_result","tool_use_id":"toolu_ed","content":"ok"}]',
+        ),
         # a summary call never calls tools (Claude Code forks it for one turn)
         ("side", '"content":[{"type":"text"', '"content":[' + TOOL + ',{"type":"text"'),
     ],
@@ -152,6 +158,21 @@ def test_a_compaction_file_that_does_not_fit_stays_a_sub_agent(tmp_path, file, o
     rollouts = {r.rollout_id: r for r in _read(main, side)}
     assert set(rollouts) == {SESSION, f"{SESSION}/agent-acompact-5e1f0a"}
     assert "k-h1" not in [e.id for e in rollouts[SESSION].events]
+
+
+def test_a_history_message_after_a_call_goes_after_the_call_s_results(tmp_path):
+    """Claude Code sends a call's results right after it: a message recorded as
+    following the call comes after them (else the pair would be cut and the call get a
+    placeholder result)."""
+    lines = [
+        x.replace('"parentUuid":"m-r1"', '"parentUuid":"m-a2"')
+        for x in SIDE.read_text().splitlines(keepends=True)
+    ]
+    main, side = _copy(tmp_path, side_lines=lines)
+    (rollout,) = _read(main, side)
+    ids = [e.id for e in rollout.events]
+    assert ids[ids.index("msg_C2") :][:4] == ["msg_C2", "m-r2:toolu_t", "k-h1", "k-q1"]
+    assert "synthesized_tool_results" not in rollout.meta
 
 
 def test_every_record_of_both_files_is_accounted_for_once():
