@@ -29,7 +29,9 @@ import orjson
 
 from pipeline import atomic
 
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
+# Matched whole (fullmatch): with match() and "$", "abc\n" passed ("$" matches before a
+# trailing newline) and named a file "abc\n.jsonl".
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 
 
 class RecorderError(RuntimeError):
@@ -38,7 +40,7 @@ class RecorderError(RuntimeError):
 
 def check_id(value: str, what: str) -> str:
     """A rollout or task id that is safe as a file name and a group key."""
-    if not SAFE_ID.match(value or "") or ".." in value:
+    if not SAFE_ID.fullmatch(value or "") or ".." in value:
         raise ValueError(
             f"{what} {value!r} must be 1-200 characters of letters, digits, '.', '_', ':' or '-'"
         )
@@ -46,9 +48,16 @@ def check_id(value: str, what: str) -> str:
 
 
 def _append_line(path: Path, record: dict) -> None:
+    """Append ``record`` as one line. A file whose last line was cut (a kill or a full
+    disk during an earlier write) first gets its newline back: the fragment stays a line
+    of its own, which the readers quarantine with its reason, instead of swallowing this
+    answered call (before, the call was appended to the fragment and lost at build time)."""
     data = orjson.dumps(record) + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
         written = os.write(fd, data)
         while written < len(data):  # a short write (rare): finish the same line
             written += os.write(fd, data[written:])
@@ -89,6 +98,7 @@ class Recorder:
         self._manifest_written = 0.0
         self._locks: dict[str, asyncio.Lock] = {}
         self._side_lock = asyncio.Lock()
+        self._rewards: dict[str, dict] | None = None  # rollout id -> its recorded outcome
         self.write_manifest()
 
     def close(self) -> None:
@@ -123,6 +133,35 @@ class Recorder:
         if time.monotonic() - self._manifest_written > 1.0:
             self._manifest_written = time.monotonic()
             await asyncio.to_thread(self.write_manifest)
+
+    async def record_reward(self, row: dict) -> dict | None:
+        """Record ``row`` unless its rollout already has an outcome: returns that earlier
+        outcome (the caller refuses a different one; the same one again is a no-op), or
+        None when ``row`` was recorded. Check and append are one step under the lock, so
+        two concurrent posts cannot both record. rewards.jsonl is read once per process,
+        so a restarted gateway knows the earlier outcomes."""
+        async with self._side_lock:
+            if self._rewards is None:
+                self._rewards = await asyncio.to_thread(self._read_rewards)
+            earlier = self._rewards.get(row["rollout_id"])
+            if earlier is not None:
+                return earlier
+            await asyncio.to_thread(_append_line, self.out / "rewards.jsonl", row)
+            self._rewards[row["rollout_id"]] = row
+            return None
+
+    def _read_rewards(self) -> dict[str, dict]:
+        found: dict[str, dict] = {}
+        path = self.out / "rewards.jsonl"
+        if path.is_file():
+            for line in path.read_bytes().splitlines():
+                try:
+                    row = orjson.loads(line)
+                except orjson.JSONDecodeError:  # a cut line: the build quarantines it
+                    continue
+                if isinstance(row, dict) and isinstance(row.get("rollout_id"), str):
+                    found.setdefault(row["rollout_id"], row)
+        return found
 
     async def record_side(self, name: str, record: dict) -> None:
         async with self._side_lock:

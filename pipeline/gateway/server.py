@@ -24,6 +24,7 @@ recognises a summary call afterwards, when its text reappears in the next contex
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Iterable
@@ -104,6 +105,9 @@ class Gateway:
         self.judge: LoopJudge | None = None
         self.sessions: dict[str, Session] = {}
         self.token_ids = config.token_ids != "off"
+        # Models whose engine refused the token-id parameters (decided per model, on a
+        # retry that succeeded without them; see _forward).
+        self.models_without_ids: set[str] = set()
         self.summary_re = re.compile("|".join(f"(?:{p})" for p in config.summary_prompts), re.I)
         self.client: aiohttp.ClientSession | None = None
         self.stats = stats if stats is not None else {"calls": 0, "corrected": 0, "errors": 0}
@@ -168,6 +172,8 @@ class Gateway:
             reward = body.get("reward")
             if isinstance(reward, bool) or not isinstance(reward, (int, float)):
                 raise ValueError("'reward' must be a number")
+            if not math.isfinite(reward):  # NaN, 1e999: the build would quarantine it later
+                raise ValueError(f"'reward' must be a finite number, not {reward}")
             row: dict[str, Any] = {"rollout_id": rollout_id, "reward": float(reward)}
             if task_id:
                 row["task_id"] = check_id(str(task_id), "task id")
@@ -175,7 +181,16 @@ class Gateway:
                 row["resolved"] = body["resolved"]
         except ValueError as exc:
             return _error(400, str(exc))
-        await self.recorder.record_side("rewards.jsonl", row)
+        # One outcome per rollout: a different second one would fail the whole build (the
+        # rewards join refuses two outcomes for one id), so it is refused here, at once;
+        # the same outcome again (a harness retry) is answered as recorded.
+        earlier = await self.recorder.record_reward(row)
+        if earlier is not None and earlier != row:
+            return _error(
+                409,
+                f"rollout {rollout_id} already has an outcome ({json.dumps(earlier)}); "
+                "a rollout gets one reward",
+            )
         return web.json_response({"recorded": row})
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
@@ -316,8 +331,10 @@ class Gateway:
         """POST the call upstream; (status, parsed response or error bytes, upstream ms)."""
         assert self.client is not None
         started = time.monotonic()
+        model = str(body.get("model"))
+        with_ids = self.token_ids and model not in self.models_without_ids
         for attempt in (0, 1):
-            sent = {**body, **(TOKEN_ID_PARAMS if self.token_ids else {})}
+            sent = {**body, **(TOKEN_ID_PARAMS if with_ids else {})}
             try:
                 async with self.client.post(
                     self._upstream("/chat/completions"),
@@ -329,9 +346,19 @@ class Gateway:
             except (aiohttp.ClientError, TimeoutError) as exc:
                 detail = {"error": {"message": f"seam gateway: upstream failed: {exc!r}"}}
                 return 502, json.dumps(detail).encode(), (time.monotonic() - started) * 1000
-            if status == 400 and self.token_ids and self.config.token_ids == "auto" and not attempt:
-                self.token_ids = False  # the engine does not know the token-id parameters
-                self.recorder.manifest["token_id_params"] = "rejected by the upstream"
+            if attempt:
+                # The same request without the token-id parameters: if the engine takes it,
+                # they were what it refused (for this model, not the fleet); if it refuses
+                # again, the 400 was about the request (e.g. a prompt over the context
+                # length, which vLLM answers with 400) and token ids stay on.
+                if status == 200:
+                    self.models_without_ids.add(model)
+                    rejected = self.recorder.manifest.setdefault("token_id_params_rejected", [])
+                    rejected.append(model)
+                    self.recorder.manifest["token_id_params"] = "rejected by the upstream"
+                break
+            if status == 400 and with_ids and self.config.token_ids == "auto":
+                with_ids = False
                 continue
             break
         ms = (time.monotonic() - started) * 1000

@@ -43,6 +43,7 @@ class Produced:
 class ModelServer:
     model_dir: str
     reject_token_id_params: bool = False  # behave like an engine without token ids
+    max_prompt_tokens: int | None = None  # answer 400 over this, as vLLM does past max_model_len
     max_new_tokens: int = 5
     produced: list[Produced] = field(default_factory=list)
     script: deque = field(default_factory=deque)  # scripted output texts, used first
@@ -79,6 +80,22 @@ class ModelServer:
             return web.json_response(
                 {"error": {"message": "unknown parameter: return_token_ids"}}, status=400
             )
+        if self.max_prompt_tokens is not None:
+            messages = [_for_template(m) for m in body["messages"]]
+            prompt = self.tokenizer.encode(
+                self.tokenizer.apply_chat_template(
+                    messages,
+                    tools=body.get("tools") or None,
+                    add_generation_prompt=True,
+                    tokenize=False,
+                )
+            )
+            if len(prompt) > self.max_prompt_tokens:
+                message = (
+                    f"This model's maximum context length is {self.max_prompt_tokens} tokens. "
+                    f"However, your request has {len(prompt)} input tokens."
+                )
+                return web.json_response({"error": {"message": message}}, status=400)
         return web.json_response(self._complete(body))
 
     def _complete(self, body: dict) -> dict:

@@ -1,0 +1,93 @@
+"""The gateway under a faulty fleet (issue 26's attack list, the parts fixed so far): a
+400 about one prompt does not switch token ids off for everyone, a cut last line does
+not swallow the next answered call, ids are matched whole, and a rollout gets one
+finite reward."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+import requests
+
+from pipeline.gateway.recorder import _append_line, check_id
+
+openai = pytest.importorskip("openai")
+
+
+def test_a_400_about_one_prompt_keeps_token_ids_on_for_the_fleet(tiny_model_dir, start_gateway):
+    """vLLM answers 400 to a prompt over its context length. That used to turn token-id
+    recording off for every session until a restart."""
+    from tests.gateway.model_server import ModelServer
+
+    server = ModelServer(str(tiny_model_dir), max_prompt_tokens=40).start()
+    try:
+        gw = start_gateway(server.url)
+        long_one = openai.OpenAI(base_url=gw.base("t", "long") + "/v1", api_key="none")
+        with pytest.raises(openai.BadRequestError, match="maximum context length"):
+            long_one.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "word " * 200}]
+            )
+        short = openai.OpenAI(base_url=gw.base("t", "short") + "/v1", api_key="none")
+        short.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
+        assert gw.recorder.manifest["calls_with_token_ids"] == 1
+        assert "token_id_params" not in gw.recorder.manifest
+        (record,) = [
+            orjson.loads(x) for x in (gw.out / "calls" / "short.jsonl").read_bytes().splitlines()
+        ]
+        assert record["response"]["choices"][0]["token_ids"]
+    finally:
+        server.stop()
+
+
+def test_a_cut_last_line_does_not_swallow_the_next_call(tmp_path):
+    log = tmp_path / "s.jsonl"
+    _append_line(log, {"call": 1})
+    with open(log, "ab") as fh:  # what a kill or a full disk mid-write leaves
+        fh.write(b'{"call": 2, "respo')
+    _append_line(log, {"call": 3})
+    lines = log.read_bytes().splitlines()
+    assert lines[0] == b'{"call":1}' and lines[1] == b'{"call": 2, "respo'
+    assert orjson.loads(lines[2]) == {"call": 3}
+
+
+@pytest.mark.parametrize("value", ["abc\n", "abc\n\n", "\nabc", "a/b", "..", "a..b", ""])
+def test_ids_are_matched_whole(value):
+    with pytest.raises(ValueError):
+        check_id(value, "rollout id")
+
+
+def test_an_id_with_an_encoded_newline_names_no_file(model_server, start_gateway):
+    gw = start_gateway(model_server.url)
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+    answer = requests.post(gw.url + "/s/t/abc%0A/v1/chat/completions", json=body)
+    assert answer.status_code == 400
+    assert list((gw.out / "calls").iterdir()) == []
+
+
+def test_a_rollout_gets_one_finite_reward(model_server, start_gateway):
+    gw = start_gateway(model_server.url)
+    url = gw.base("t", "r1") + "/reward"
+    for bad in ("NaN", "Infinity", "1e999"):
+        answer = requests.post(
+            url, data=f'{{"reward": {bad}}}', headers={"Content-Type": "application/json"}
+        )
+        assert answer.status_code == 400 and "finite" in answer.json()["error"]["message"]
+    assert requests.post(url, json={"reward": 1.0}).status_code == 200
+    assert requests.post(url, json={"reward": 1.0}).status_code == 200  # a retry: same outcome
+    second = requests.post(url, json={"reward": 0.0})
+    assert (
+        second.status_code == 409 and "already has an outcome" in second.json()["error"]["message"]
+    )
+    rows = [json.loads(x) for x in (gw.out / "rewards.jsonl").read_text().splitlines()]
+    assert rows == [{"rollout_id": "r1", "reward": 1.0, "task_id": "t"}]
+
+
+def test_a_restarted_gateway_knows_the_earlier_rewards(tmp_path, model_server, start_gateway):
+    first = start_gateway(model_server.url, name="c")
+    assert requests.post(first.base("t", "r1") + "/reward", json={"reward": 1.0}).status_code == 200
+    first.stop()
+    second = start_gateway(model_server.url, name="c")
+    again = requests.post(second.base("t", "r1") + "/reward", json={"reward": 0.5})
+    assert again.status_code == 409
