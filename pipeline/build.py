@@ -33,10 +33,9 @@ import os
 import shutil
 import threading
 from collections import Counter, deque
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from multiprocessing import active_children, get_all_start_methods, get_context
 from pathlib import Path
 from typing import IO, Any
 
@@ -51,8 +50,8 @@ from pipeline.stage import BuildStage
 from pipeline.worker import (
     TaskResult,
     WorkerConfig,
-    die_with_parent,
     part_paths,
+    process_pool,
     run_task,
     segmenter_for,
 )
@@ -477,22 +476,8 @@ def _task_runner(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
         if workers <= 1:
             yield (run_task(t, wconf, feeder.data_for(t.path, t.start, t.end)) for t in tasks)
             return
-        method = "fork" if "fork" in get_all_start_methods() else "spawn"
-        with ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=get_context(method),
-            initializer=die_with_parent,
-            initargs=(os.getpid(),),
-        ) as pool:
-            try:
-                yield _in_order(pool, tasks, wconf, feeder, window=4 * workers)
-            except BaseException:
-                # Failing or terminated: stop the workers now (leaving the pool would
-                # first run every task already submitted), so nothing writes on.
-                pool.shutdown(wait=False, cancel_futures=True)
-                for child in active_children():
-                    child.kill()
-                raise
+        with process_pool(workers) as pool:
+            yield _in_order(pool, tasks, wconf, feeder, window=4 * workers)
     finally:
         feeder.close()
 

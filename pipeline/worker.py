@@ -21,7 +21,11 @@ import signal
 import sys
 import threading
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from multiprocessing import active_children, get_all_start_methods, get_context
 from pathlib import Path
 
 import pyarrow as pa
@@ -130,6 +134,36 @@ def die_with_parent(parent: int) -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the build died before the line above ran
             os._exit(1)
+
+
+@contextmanager
+def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """A pool of ``workers`` processes set up by ``die_with_parent``, forked where the
+    platform can (they start with what this process already loaded), for the build and
+    ``seam simulate`` alike.
+
+    Leaving it normally waits for the workers to end (``shutdown(wait=True)``: a
+    sentinel each, then a join; no signal is sent). Leaving it by an exception (a
+    failure, SIGTERM, a consumer that stopped) cancels what has not started and kills
+    the workers at once, so nothing writes on. The executor never calls
+    ``multiprocessing.Pool.terminate``, whose teardown can wait forever on a worker
+    stuck on the task queue's lock (its ``_terminate_pool`` joins workers after sending
+    them SIGTERM once, and a worker that holds or waits on that lock may never exit).
+    """
+    method = "fork" if "fork" in get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=get_context(method),
+        initializer=die_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
+        try:
+            yield pool
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            for child in active_children():
+                child.kill()
+            raise
 
 
 def part_paths(out: str, index: int) -> tuple[Path, Path, Path]:

@@ -1,9 +1,12 @@
 """Generate N rollouts in parallel and stream them to one file, identical for any worker count.
 
-Work is cut into chunks of whole tasks; worker processes each build one ``Engine``
-(tokenizer + template, loaded once) and return a chunk's rollouts already serialized,
-with a few scalars for Parquet columns and the closing statistics. ``imap`` hands the
-chunks back in order, so the file is written front to back as chunks finish and its
+Work is cut into chunks of whole tasks. One ``Engine`` (tokenizer + template) is loaded
+in this process before the workers are forked, so they start with it; each worker returns
+a chunk's rollouts already serialized, with a few scalars for Parquet columns and the
+closing statistics. The workers are the build's (``pipeline.worker.process_pool``: they
+end by a sentinel and a join, never by ``multiprocessing.Pool.terminate``, which could
+wait forever on a worker stuck on its task queue's lock). ``map`` hands the chunks back in
+order, so the file is written front to back as chunks finish and its
 bytes depend only on ``(n, seed, group_size, format)``. Compressed outputs are
 deterministic too: gzip with ``mtime=0`` and no file name, zstd single-threaded,
 Parquet without timestamps. The file is written under a temporary name, then renamed.
@@ -12,7 +15,6 @@ Parquet without timestamps. The file is written under a temporary name, then ren
 from __future__ import annotations
 
 import gzip
-import multiprocessing
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -148,9 +150,11 @@ def _results(job: Job) -> Iterator[list]:
     if job.workers <= 1:
         yield from map(simulate_chunk, work)
         return
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(job.workers) as pool:
-        yield from pool.imap(simulate_chunk, work, chunksize=1)
+    from pipeline.worker import process_pool
+
+    _engine()  # loaded once here; the forked workers start with it
+    with process_pool(job.workers) as pool:
+        yield from pool.map(simulate_chunk, work)
 
 
 def run(job: Job, on_progress: Callable[[int], None] = lambda k: None) -> Totals:
