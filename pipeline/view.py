@@ -1,35 +1,31 @@
 """``seam view DIR``: a read-only browser for a build, served on 127.0.0.1 (stdlib).
 
-- ``/``: the rollout list, filtered by a DuckDB condition over the ``rollouts`` view
-  (``?where=num_compactions >= 2 AND NOT passed``; one statement, no ``;``);
+- ``/``: the rollout list, filtered by a DuckDB condition over the build's views
+  (``?where=num_compactions >= 2 AND NOT passed``), run in a locked-down child process
+  (``pipeline/view_worker.py``, ``pipeline/view_filter.py``): it can read only the
+  build's files and is stopped at the timeout, past its memory, or when the client goes;
 - ``/rollout/<id>``: the ``seam show --html`` page of one rollout;
 - ``/report``: the ``seam report`` page (plots embedded).
 
-Only GET is answered; nothing is written; every page is self-contained (no script, no
-network), so it works offline.
+Only GET is answered, and only for a ``Host`` the server is known by (127.0.0.1,
+localhost, [::1], or a name given with ``--allow-host``): a page elsewhere whose name is
+rebound to 127.0.0.1 (DNS rebinding) sends its own name and gets 403. Nothing is written;
+every page is self-contained (no script, no network), so it works offline.
 """
 
 from __future__ import annotations
 
+import select
+import socket
 from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-LIST_LIMIT = 1000  # rollouts listed per page: a filter finds the others
+from pipeline.view_filter import LIST_COLUMNS, FilterError
+from pipeline.view_worker import ClientGone, FilterWorker, ViewLimits
 
-LIST_COLUMNS = [
-    "rollout_id",
-    "task_id",
-    "source",
-    "reward",
-    "passed",
-    "num_compactions",
-    "num_segments",
-    "num_calls",
-    "tokens",
-    "trainable_tokens",
-]
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 CSS = """
 body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;padding:1rem;max-width:70rem}
@@ -46,17 +42,17 @@ th:first-child,td:first-child{text-align:left}
 class BuildBrowser:
     """The pages of one build directory (the server's handler calls ``page``)."""
 
-    def __init__(self, build_dir: str | Path):
-        from pipeline.views import connect
-
+    def __init__(self, build_dir: str | Path, limits: ViewLimits | None = None):
         self.dir = Path(build_dir)
-        connect(self.dir)  # fail now, with its one-line reason, if this is no build
+        self.filters = FilterWorker(self.dir, limits or ViewLimits())
+        self.filters.start()  # fail now, with its one-line reason, if this is no build
 
-    def page(self, path: str) -> tuple[int, str]:
+    def page(self, path: str, client_gone=lambda: False) -> tuple[int, str]:
+        """The status and HTML of ``path``; ``ClientGone`` when the client left mid-filter."""
         url = urlsplit(path)
         if url.path == "/":
             where = parse_qs(url.query).get("where", [""])[0].strip()
-            return self.rollout_list(where)
+            return self.rollout_list(where, client_gone)
         if url.path.startswith("/rollout/"):
             return self.rollout(unquote(url.path[len("/rollout/") :]))
         if url.path == "/report":
@@ -67,27 +63,17 @@ class BuildBrowser:
             "not found", f"<p>No page {escape(url.path)}. <a href='/'>Rollouts</a></p>"
         )
 
-    def rollout_list(self, where: str) -> tuple[int, str]:
-        from pipeline.views import connect
-
+    def rollout_list(self, where: str, client_gone=lambda: False) -> tuple[int, str]:
         form = (
             "<form method=get action='/'><input name=where placeholder=\"SQL condition on the "
             'rollouts view, e.g. num_compactions &gt;= 2 AND NOT passed" '
             f"value=\"{escape(where)}\"><button>filter</button> <a href='/'>all</a> "
             "<a href='/report'>report</a></form>"
         )
-        if ";" in where:
-            return 400, _page("rollouts", form + "<p class=error>one condition, no ';'</p>")
-        sql = f"SELECT {', '.join(LIST_COLUMNS)} FROM rollouts"
-        if where:
-            sql += f" WHERE ({where})"
         try:
-            con = connect(self.dir)
-            (total,) = con.execute(f"SELECT count(*) FROM ({sql})").fetchone() or (0,)
-            rows = con.execute(f"{sql} ORDER BY rollout_id LIMIT {LIST_LIMIT}").fetchall()
-        except Exception as exc:  # the user's SQL: its one-line error, on the page
-            message = escape(str(exc).splitlines()[0])
-            return 400, _page("rollouts", form + f"<p class=error>{message}</p>")
+            total, rows = self.filters.rollouts(where, client_gone)
+        except FilterError as exc:  # the filter's one-line reason, on the page
+            return 400, _page("rollouts", form + f"<p class=error>{escape(str(exc))}</p>")
         head = "".join(f"<th>{c}</th>" for c in LIST_COLUMNS)
         body = "".join(
             "<tr>"
@@ -130,13 +116,65 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def make_server(build_dir: str | Path, port: int = 8765) -> ThreadingHTTPServer:
-    """A server on 127.0.0.1:``port`` (0: any free port) for ``build_dir``; not started."""
-    browser = BuildBrowser(build_dir)
+def host_allowed(header: str | None, allowed: set[str]) -> bool:
+    """Whether a ``Host`` header (``name``, ``name:port``, ``[v6]:port``) names one of
+    ``allowed`` (lower case); a request without one is refused too."""
+    if not header:
+        return False
+    try:
+        name = urlsplit("//" + header).hostname
+    except ValueError:
+        return False
+    return name is not None and name.rstrip(".") in allowed
+
+
+def client_gone(sock: socket.socket) -> bool:
+    """Whether the client closed its connection: readable with nothing left to read."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except (OSError, ValueError):
+        return True
+
+
+class ViewServer(ThreadingHTTPServer):
+    """The HTTP server; closing it stops the filter process too."""
+
+    browser: BuildBrowser
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.browser.filters.close()
+
+
+def make_server(
+    build_dir: str | Path,
+    port: int = 8765,
+    limits: ViewLimits | None = None,
+    allow_hosts: tuple[str, ...] = (),
+) -> ViewServer:
+    """A server on 127.0.0.1:``port`` (0: any free port) for ``build_dir``; not started.
+    It answers requests whose ``Host`` is 127.0.0.1, localhost, [::1] or one of
+    ``allow_hosts``, and 403 to any other."""
+    browser = BuildBrowser(build_dir, limits)
+    allowed = {h.lower().strip("[]").rstrip(".") for h in (*LOOPBACK_HOSTS, *allow_hosts)}
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
-            status, html = browser.page(self.path)
+            host = self.headers.get("Host")
+            if not host_allowed(host, allowed):
+                self.answer(403, _page("forbidden", _host_refusal(host)))
+                return
+            try:
+                status, html = browser.page(self.path, lambda: client_gone(self.connection))
+            except ClientGone:  # nobody to answer; the filter was stopped
+                self.close_connection = True
+                return
+            self.answer(status, html)
+
+        def answer(self, status: int, html: str) -> None:
             data = html.encode()
             self.send_response(status)
             self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -147,4 +185,20 @@ def make_server(build_dir: str | Path, port: int = 8765) -> ThreadingHTTPServer:
         def log_message(self, *args):  # quiet: the terminal says how to stop, not every hit
             pass
 
-    return ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    try:
+        server = ViewServer(("127.0.0.1", port), Handler)
+    except OSError:
+        browser.filters.close()
+        raise
+    allowed.add(str(server.server_address[0]))  # the bound address, whatever it is
+    server.browser = browser
+    return server
+
+
+def _host_refusal(host: str | None) -> str:
+    return (
+        f"<p class=error>Host {escape(repr(host))} is not one this server answers: seam view "
+        "answers only http://127.0.0.1, http://localhost and http://[::1] (a page that "
+        "rebinds its own name to this machine is refused). Another name: seam view "
+        "--allow-host NAME.</p>"
+    )

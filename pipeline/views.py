@@ -18,11 +18,19 @@ the README's example queries all see the same tables:
   ``reason_kind``: the reason with ids, quoted values and numbers blanked, for grouping.
 - SFT builds only: ``corrections`` (one row per attached judge correction) and
   ``audit`` (one row per audited summary, with the flags the audit rates count).
+
+``connect(DIR, locked=Limits(...))`` is the connection ``seam view`` runs strangers'
+filters on: once the views exist, DuckDB may open only the build's own files
+(``allowed_paths``, then ``enable_external_access = false``: no other file, no URL, no
+``COPY``/``ATTACH``), never installs or loads an extension, holds ``memory_limit`` and
+``threads``, spills nothing to disk, and ``lock_configuration`` keeps a query from
+setting any of it back.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -44,8 +52,28 @@ class BuildDirError(ValueError):
     """The directory is not a readable seam build; the message says what to do."""
 
 
-def connect(build_dir: str | Path) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the views above defined over ``build_dir``."""
+@dataclass(frozen=True)
+class Limits:
+    """What a locked connection may use: DuckDB's ``memory_limit`` (its buffer manager;
+    a query over it fails with an out-of-memory error) and worker ``threads``."""
+
+    memory_mb: int = 1024
+    threads: int = 2
+
+    def config(self) -> dict[str, str | bool | int | float | list[str]]:
+        """Settings DuckDB takes only when the database starts."""
+        return {
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+            "memory_limit": f"{self.memory_mb}MB",
+            "threads": self.threads,
+            "temp_directory": "",  # no spilling: nothing written, the memory limit is the limit
+        }
+
+
+def connect(build_dir: str | Path, locked: Limits | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the views above defined over ``build_dir``; ``locked``:
+    one that can read nothing but the build's files (see the module's docstring)."""
     out = Path(build_dir)
     if not out.is_dir():
         raise BuildDirError(f"{out} is not a directory")
@@ -62,7 +90,7 @@ def connect(build_dir: str | Path) -> duckdb.DuckDBPyConnection:
         raise BuildDirError(
             f"{out}: shard(s) listed in manifest.json are missing: {', '.join(missing[:3])}; rebuild it"
         )
-    con = duckdb.connect()
+    con = duckdb.connect(config=locked.config() if locked else {})
     con.execute(f"CREATE VIEW segments AS SELECT * FROM read_parquet({_sql_list(shards)})")
     columns = {row[0] for row in con.execute("DESCRIBE segments").fetchall()}
     con.execute(_calls_sql(_tool_call_token_id(manifest), "reported_input_tokens" in columns))
@@ -75,6 +103,13 @@ def connect(build_dir: str | Path) -> duckdb.DuckDBPyConnection:
         con.execute(CORRECTIONS_SQL)
     if "summary_audit" in columns:
         con.execute(AUDIT_SQL)
+    if locked:
+        # The views read these files when a query runs, so they stay allowed; the order
+        # matters: allowed_paths cannot change once external access is off.
+        readable = [str(s) for s in shards] + [str(out / "quarantine.jsonl")]
+        con.execute("SET allowed_paths = ?", [readable])
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
     return con
 
 

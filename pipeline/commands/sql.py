@@ -108,7 +108,11 @@ def register(sub) -> None:
         description="Run one DuckDB SQL query over the build directory's views: segments (shard rows), "
         "rollouts (one row per rollout), calls (one row per generated output), quarantine "
         "(rejected records) and, for SFT builds, corrections and audit. Without a query, list the "
-        "views and their columns. See docs/data.md for the columns and example queries.",
+        "views and their columns. See docs/data.md for the columns and example queries. "
+        "The query runs with DuckDB's full access, as your own user: it can read any file you "
+        "can (read_csv, read_text, glob), write files (COPY) and load extensions. That is "
+        "the point of a query you type on your own machine; never pass it text from someone "
+        "else. seam view, which takes filters from a browser, runs them locked down instead.",
     )
     p.add_argument("dir", help="A build directory (with train-*.parquet shards).")
     p.add_argument(

@@ -79,10 +79,14 @@ def test_seam_view_says_where_and_how_to_stop(rl_build):
     assert process.returncode == 0 and "stopped" in rest
 
 
-def test_a_long_list_is_cut_and_says_so(rl_build, monkeypatch):
-    from pipeline import view
+def test_a_long_list_is_cut_and_says_so(rl_build):
+    from pipeline.view import BuildBrowser
+    from pipeline.view_worker import ViewLimits
 
-    monkeypatch.setattr(view, "LIST_LIMIT", 4)
-    status, html = view.BuildBrowser(rl_build).rollout_list("")
+    browser = BuildBrowser(rl_build, ViewLimits(list_limit=4))
+    try:
+        status, html = browser.rollout_list("")
+    finally:
+        browser.filters.close()
     assert status == 200 and html.count("href='/rollout/") == 4
     assert "6 rollout(s); the first 4 by id are listed" in html
