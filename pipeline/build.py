@@ -78,6 +78,9 @@ class BuildConfig:
     last_call_only: bool = False  # only the last call of each segment is trained
     drop_truncated: bool = False  # segments with a truncated output are left out (counted)
     keep_damaged: bool = False  # damaged rollouts are built and flagged, not quarantined
+    # Segments whose context_fidelity names one of these reasons are left out, counted per
+    # reason (``--exclude-fidelity``; pipeline/fidelity.py REASONS).
+    exclude_fidelity: tuple[str, ...] = ()
     rows_per_shard: int = 1024  # at most this many rows per shard (equal sizes)
     chunk_bytes: int | None = None  # input bytes per task; None: auto_chunk_bytes(inputs)
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # worker processes
@@ -101,6 +104,7 @@ class BuildConfig:
             self.drop_truncated,
             require_outcome=self.kind == "rl",
             keep_damaged=self.keep_damaged,
+            exclude_fidelity=frozenset(self.exclude_fidelity),
         )
 
     def fingerprint_config(self) -> dict:
@@ -119,6 +123,8 @@ class BuildConfig:
         fingerprint = {k: getattr(self, k) for k in keep}
         if self.keep_damaged:  # only when set: fingerprints of earlier builds stay valid
             fingerprint["keep_damaged"] = True
+        if self.exclude_fidelity:
+            fingerprint["exclude_fidelity"] = sorted(set(self.exclude_fidelity))
         if self.std_ddof:  # only when set, so builds from before the option stay up to date
             fingerprint["std_ddof"] = self.std_ddof
         # Limits decide which records are quarantined; the defaults keep older fingerprints.
@@ -282,6 +288,7 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
     if config.engine == "local":
         # Workers own the cores: every process of a local build encodes on one thread.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    check_exclude_fidelity(config.exclude_fidelity)
     limits.use(config.limits)  # detection and the range feeder read under them too
     files = resolve_inputs(config.inputs)
     check_out_path(Path(config.out), files, config.inputs)
@@ -298,6 +305,18 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
         return _run_build(config, command, files, digests, states)
     finally:
         stop.set()
+
+
+def check_exclude_fidelity(reasons) -> None:
+    """Refuse an ``--exclude-fidelity`` reason seam never gives a segment."""
+    from pipeline.fidelity import REASONS
+
+    unknown = [r for r in reasons if r not in REASONS]
+    if unknown:
+        raise BuildError(
+            f"--exclude-fidelity: unknown reason(s) {', '.join(map(repr, unknown))}; "
+            f"choose from {', '.join(REASONS)}"
+        )
 
 
 def check_out_path(out: Path, files: list[Path], specs: list[str]) -> None:

@@ -10,7 +10,12 @@ and a short placeholder content. This module turns both into the per-segment
 
 An assistant message may carry ``meta["reported_input_tokens"]`` (the provider's
 usage, cache tokens included); it becomes the per-call ``reported_input_tokens``
-column, to compare with the rebuilt input length (``call_spans[i].start``).
+column, to compare with the rebuilt input length (``call_spans[i].start``). Those counts
+are the second witness (``pipeline/witness.py``): a segment whose context grows between
+two calls by more or less than the harness says gets ``unexplained_context_gap``.
+
+``REASONS`` is the one vocabulary: a rollout whose ``meta["fidelity"]`` names any other
+reason is refused (``UnknownReason``; the build quarantines it with that line).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from pipeline import witness
 from pipeline.segment import Segment
 from schemas.replay import CallView, replay
 from schemas.rollout import MessageEvent, RewriteEvent, Rollout
@@ -25,7 +31,7 @@ from schemas.rollout import MessageEvent, RewriteEvent, Rollout
 EXACT = "exact"
 
 # Every reason a segment can carry, with its meaning (docs/data.md and the README list
-# the same). Readers add entries with these names; unknown names pass through unchanged.
+# the same). Readers add entries with these names; any other name is refused.
 REASONS: dict[str, str] = {
     "slice_start": "the file starts mid-session: the history before its first record is missing",
     "opaque_summary": "the context holds an opaque item (an encrypted summary) whose text is unknown",
@@ -39,6 +45,8 @@ REASONS: dict[str, str] = {
     "unverified_attachment": "a Claude Code attachment from a version whose rendering seam has not observed (rendered as 2.1.197 renders it)",
     "image_content": "the context held images; seam keeps an [image] placeholder per image (a text tokenizer cannot reproduce their tokens)",
     "unrendered_tool_reference": "a tool result held tool_reference blocks, which the provider expands into tool definitions the log does not record",
+    witness.GAP_REASON: "the harness's own input token counts grow by more (or less) than "
+    "seam's rebuilt context between two calls: something the model saw is missing (or added)",
 }
 
 # Reasons that mean the file is damaged (not merely silent about a part of the context):
@@ -70,9 +78,23 @@ def add_fidelity(meta: dict, reason: str, detail: str, event_id: str | None = No
     )
 
 
+class UnknownReason(ValueError):
+    """A rollout names a fidelity reason that is not in ``REASONS`` (one line)."""
+
+
 def entries(rollout: Rollout) -> list[dict]:
     value = rollout.meta.get(FIDELITY_KEY) or []
     return [e for e in value if isinstance(e, dict) and e.get("reason")]
+
+
+def check_reasons(rollout: Rollout) -> None:
+    """Raise ``UnknownReason`` for a ``meta["fidelity"]`` reason outside ``REASONS``."""
+    unknown = sorted({str(e["reason"]) for e in entries(rollout)} - REASONS.keys())
+    if unknown:
+        raise UnknownReason(
+            f"context fidelity reason(s) {', '.join(map(repr, unknown))} not known to seam "
+            f"(pipeline/fidelity.py REASONS: {', '.join(REASONS)})"
+        )
 
 
 def damage(rollout: Rollout) -> str | None:
@@ -110,9 +132,12 @@ class _Span(Protocol):
     @property
     def call_index(self) -> int: ...
 
+    @property
+    def start(self) -> int: ...
+
 
 class SpannedSegment(Protocol):
-    """What the fidelity of a segment depends on: which calls it holds."""
+    """What the fidelity of a segment depends on: which calls it holds, and where."""
 
     @property
     def spans(self) -> Sequence[_Span]: ...
@@ -127,23 +152,27 @@ def segment_fidelity(rollout: Rollout, segments: Sequence[SpannedSegment]) -> li
     last call's context holds an opaque item gets ``opaque_summary`` (or the reason
     ``OPAQUE_REASONS`` gives its kind); one that holds a call seam synthesized gets that
     call's ``meta.synthesized_call`` reason; one whose calls or context hold a call with
-    ``meta.redacted_reasoning`` gets ``redacted_reasoning``.
+    ``meta.redacted_reasoning`` gets ``redacted_reasoning``; one whose growth the
+    harness's token counts contradict gets ``unexplained_context_gap``
+    (``segment_witnesses``).
     """
     found = entries(rollout)
+    gaps = [w.gap for w in segment_witnesses(rollout, segments)]
     if (
         not found
         and not _has_meta(rollout, OPAQUE_KEY)
         and not _has_synthesized(rollout)
         and not _has_meta(rollout, REDACTED_KEY)
     ):
-        return [[EXACT] for _ in segments]  # the common case: no second replay
+        # the common case: no second replay
+        return [[witness.GAP_REASON] if gap else [EXACT] for gap in gaps]
     calls: list[CallView] = replay(rollout)
     where = _positions(rollout)
     call_pos = [where[c.message.id] for c in calls]
     result = []
-    for seg in segments:
+    for seg, gap in zip(segments, gaps):
         last = seg.spans[-1].call_index if seg.spans else None
-        reasons: set[str] = set()
+        reasons: set[str] = {witness.GAP_REASON} if gap else set()
         for e in found:
             event_id = e.get("event_id")
             at = where.get(event_id) if event_id is not None else None
@@ -177,6 +206,22 @@ def _sees_redacted(call: CallView) -> bool:
     )
 
 
+def segment_witnesses(
+    rollout: Rollout, segments: Sequence[SpannedSegment]
+) -> list[witness.SegmentWitness]:
+    """The second witness of each segment: its calls' reported input growth against the
+    growth of its rebuilt input (``call_spans[i].start``), for ``rollout.model``."""
+    calls = rollout.calls()
+    return [
+        witness.witness(
+            [s.start for s in seg.spans],
+            [_reported(calls[s.call_index]) for s in seg.spans],
+            rollout.model,
+        )
+        for seg in segments
+    ]
+
+
 def _has_synthesized(rollout: Rollout) -> bool:
     return any(isinstance(e, MessageEvent) and SYNTHESIZED_KEY in e.meta for e in rollout.events)
 
@@ -185,8 +230,9 @@ def reported_input_tokens(rollout: Rollout, segment: Segment) -> list[int | None
     """Per call of the segment (aligned with ``call_spans``): the input tokens the
     provider reported for that call, or None where the log has no usage."""
     calls = rollout.calls()
-    out: list[int | None] = []
-    for span in segment.spans:
-        value = calls[span.call_index].meta.get(REPORTED_KEY)
-        out.append(int(value) if isinstance(value, int) and not isinstance(value, bool) else None)
-    return out
+    return [_reported(calls[span.call_index]) for span in segment.spans]
+
+
+def _reported(call: MessageEvent) -> int | None:
+    value = call.meta.get(REPORTED_KEY)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None

@@ -18,7 +18,13 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.advantage import trainable_tokens_after
-from pipeline.fidelity import reported_input_tokens, segment_fidelity
+from pipeline.fidelity import (
+    UnknownReason,
+    check_reasons,
+    reported_input_tokens,
+    segment_fidelity,
+    segment_witnesses,
+)
 from pipeline.mask import MaskedSegment, MaskOptions, mask_segment
 from pipeline.segment import Segmenter
 from pipeline.shard_schema import CALL_SPAN, SHARD_SCHEMA
@@ -40,6 +46,9 @@ class RowOptions:
     # A damaged rollout (a lost or undecodable record: pipeline/fidelity.py DAMAGE) is
     # quarantined unless this is set; kept, its segments carry the reason.
     keep_damaged: bool = False
+    # Segments whose context_fidelity names one of these reasons are left out (counted
+    # per reason, like --drop-truncated: the rollout keeps its GRPO vote).
+    exclude_fidelity: frozenset[str] = frozenset()
 
 
 class RejectedRollout(ValueError):
@@ -75,7 +84,12 @@ def call_span_rows(masked: MaskedSegment) -> list[dict]:
 def masked_segments(
     rollout: Rollout, segmenter: Segmenter, options: RowOptions
 ) -> tuple[list[MaskedSegment], int]:
-    """The rollout's masked segments (after ``drop_truncated``) and how many were dropped."""
+    """The rollout's masked segments (after ``drop_truncated``) and how many were dropped.
+    A rollout naming a fidelity reason seam does not know is rejected."""
+    try:
+        check_reasons(rollout)
+    except UnknownReason as exc:
+        raise RejectedRollout(str(exc)) from None
     calls = rollout.calls()
     segments = segmenter.segments(rollout)
     masked = []
@@ -88,6 +102,34 @@ def masked_segments(
         if not (options.drop_truncated and any(s.truncated for s in m.segment.spans))
     ]
     return kept, len(masked) - len(kept)
+
+
+EXCLUDED = "excluded_segments"  # build count: segments left out by --exclude-fidelity
+EXCLUDED_PREFIX = "excluded_fidelity_"  # and per reason (a segment counts under each)
+
+
+def exclude_by_fidelity(
+    rollout: Rollout, segments: list[MaskedSegment], exclude: frozenset[str]
+) -> tuple[list[MaskedSegment], dict[str, int]]:
+    """The segments whose ``context_fidelity`` names none of ``exclude``, and the build
+    counts of the others (``excluded_segments`` and one ``excluded_fidelity_<reason>``
+    per excluded reason they carry). A segment's fidelity depends on its own calls only,
+    so the kept segments keep theirs; like ``--drop-truncated``, the rollout keeps its
+    reward and its vote in its GRPO group even when every segment is excluded."""
+    if not exclude or not segments:
+        return segments, {}
+    fidelity = segment_fidelity(rollout, [m.segment for m in segments])
+    kept: list[MaskedSegment] = []
+    counts: dict[str, int] = {}
+    for m, reasons in zip(segments, fidelity):
+        hit = exclude.intersection(reasons)
+        if not hit:
+            kept.append(m)
+            continue
+        counts[EXCLUDED] = counts.get(EXCLUDED, 0) + 1
+        for reason in hit:
+            counts[EXCLUDED_PREFIX + reason] = counts.get(EXCLUDED_PREFIX + reason, 0) + 1
+    return kept, counts
 
 
 class RowBatch:
@@ -103,13 +145,14 @@ class RowBatch:
         self.logprob_chunks: list[np.ndarray | None] = []
         self.num_rows = 0
         self.last_fidelity: list[list[str]] = []  # context_fidelity of the rollout added last
+        self.last_witnesses: list = []  # and its segments' second witness (pipeline/witness.py)
 
     def add_rollout(self, rollout: Rollout, ordinal: int, segments: list[MaskedSegment]) -> None:
         if self.require_outcome or rollout.reward is not None or rollout.resolved is not None:
             reward = rollout_reward(rollout)
         else:
             reward = float("nan")
-        self.last_fidelity = []
+        self.last_fidelity, self.last_witnesses = [], []
         if not segments:
             return
         n_s = [m.num_trainable_tokens for m in segments]
@@ -117,8 +160,12 @@ class RowBatch:
         rewrites = [e.reason for e in rollout.events if isinstance(e, RewriteEvent)]
         compactions, edits = rewrites.count("compaction"), rewrites.count("edit")
         fidelity = segment_fidelity(rollout, [m.segment for m in segments])
+        witnessed = segment_witnesses(rollout, [m.segment for m in segments])
         self.last_fidelity = fidelity
-        for index, (m, n, tail, fid) in enumerate(zip(segments, n_s, after, fidelity)):
+        self.last_witnesses = witnessed
+        for index, (m, n, tail, fid, wit) in enumerate(
+            zip(segments, n_s, after, fidelity, witnessed)
+        ):
             seg = m.segment
             c = self.cols
             c["rollout_id"].append(rollout.rollout_id)
@@ -147,6 +194,7 @@ class RowBatch:
             c["parent_rollout_id"].append(rollout.parent_rollout_id)
             c["context_fidelity"].append(fid)
             c["reported_input_tokens"].append(reported_input_tokens(rollout, seg))
+            c["context_gap_tokens"].append(wit.gap_tokens)
             c[ROLLOUT_ORDINAL].append(ordinal)
             self.token_chunks.append(seg.tokens)
             self.mask_chunks.append(m.loss_mask)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SHARD_SCHEMA_VERSION = "1.0"
+# 1.1: context_gap_tokens (the second witness, pipeline/witness.py) and the reason
+# unexplained_context_gap in context_fidelity.
+SHARD_SCHEMA_VERSION = "1.1"
 
 CALL_SPAN = pa.struct(
     [
@@ -115,7 +117,8 @@ COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
         pa.list_(pa.string()),
         False,
         "['exact'] when the segment's context is exactly what the model received, else the "
-        "sorted reasons it is not (slice_start, opaque_summary, lost_records, ...; docs/data.md).",
+        "sorted reasons it is not (slice_start, opaque_summary, lost_records, "
+        "unexplained_context_gap, ...; docs/data.md).",
     ),
     (
         "reported_input_tokens",
@@ -123,6 +126,14 @@ COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
         False,
         "Per call (aligned with call_spans): input tokens the provider reported (cache "
         "included), null where the log has no usage; rebuilt input = call_spans[i].start.",
+    ),
+    (
+        "context_gap_tokens",
+        pa.int32(),
+        True,
+        "Second witness: tokens by which the reported input growth between two calls of the "
+        "segment departs from the rebuilt growth, summed over the pairs over the threshold "
+        "(0: every witnessed pair agrees; null: no pair had reported counts; docs/data.md).",
     ),
 ]
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.fidelity import COUNT_PREFIX
+from pipeline.rows import EXCLUDED, EXCLUDED_PREFIX
+from pipeline.witness import GAP_TOKENS, WITNESSED_CALLS
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,22 @@ FROM calls""",
     ("calls",),
 )
 
+SECOND_WITNESS = StandardQuery(
+    "Second witness per source (the harness's reported input tokens)",
+    """SELECT source,
+       sum(calls) AS calls,
+       sum(witnessed_calls) AS witnessed_calls,
+       round(sum(witnessed_calls) / sum(calls), 3) AS witnessed_share,
+       count(*) AS segments,
+       count(*) FILTER (WHERE flagged) AS flagged_segments,
+       round(avg(flagged::INT), 3) AS flagged_share,
+       coalesce(sum(gap_tokens), 0) AS gap_tokens
+FROM witness
+GROUP BY source
+ORDER BY source""",
+    ("witness",),
+)
+
 # The README's five example queries, in the order it shows them.
 EXAMPLES = [
     PASS_RATE_BY_COMPACTIONS,
@@ -137,7 +155,14 @@ EXAMPLES = [
     SEAMS_BY_KIND_AND_SOURCE,
     QUARANTINE_REASONS,
 ]
-STANDARD = [*EXAMPLES, CONTEXT_FIDELITY, REPORTED_VS_REBUILT, CORRECTION_TYPES, AUDIT_RATES]
+STANDARD = [
+    *EXAMPLES,
+    CONTEXT_FIDELITY,
+    SECOND_WITNESS,
+    REPORTED_VS_REBUILT,
+    CORRECTION_TYPES,
+    AUDIT_RATES,
+]
 
 
 def available(queries: list[StandardQuery], views: list[str]) -> list[StandardQuery]:
@@ -162,11 +187,10 @@ def build_counts(con, out: Path) -> tuple[Counter, Counter, int]:
         "SELECT count(*) FROM quarantine WHERE record = 'rollout'"
     ).fetchone()[0]
     manifest_path = out / "manifest.json"
-    empty = (
-        json.loads(manifest_path.read_text())["counts"].get("rollouts_without_segments", 0)
-        if manifest_path.exists()
-        else 0
+    manifest_counts = (
+        json.loads(manifest_path.read_text())["counts"] if manifest_path.exists() else {}
     )
+    empty = manifest_counts.get("rollouts_without_segments", 0)
     counts = Counter(
         read=rollouts + empty + quarantined,
         accepted=rollouts + empty,
@@ -177,7 +201,19 @@ def build_counts(con, out: Path) -> tuple[Counter, Counter, int]:
         trainable_tokens=trainable,
         drift_realigned=drift,
     )
-    if "fidelity" in {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}:
+    views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+    if "fidelity" in views:
         for reason, n in con.execute("SELECT reason, count(*) FROM fidelity GROUP BY 1").fetchall():
             counts[f"{COUNT_PREFIX}{reason}"] = n
+    if "witness" in views:
+        witnessed, gap = con.execute(
+            "SELECT sum(witnessed_calls), sum(gap_tokens) FROM witness"
+        ).fetchone()
+        if witnessed:  # as the build counts them: only where some log reports usage
+            counts[WITNESSED_CALLS] = int(witnessed)
+            counts[GAP_TOKENS] = int(gap or 0)
+    # Segments left out by --exclude-fidelity are in no shard: the manifest counts them.
+    for key, n in manifest_counts.items():
+        if key == EXCLUDED or key.startswith(EXCLUDED_PREFIX):
+            counts[key] = n
     return counts, seams, groups_of_one

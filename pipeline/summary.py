@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.fidelity import COUNT_PREFIX, EXACT
+from pipeline.rows import EXCLUDED, EXCLUDED_PREFIX
+from pipeline.witness import GAP_TOKENS, WITNESSED_CALLS
 
 
 def summary_table(
@@ -43,6 +45,18 @@ def summary_table(
             reason = key.removeprefix(COUNT_PREFIX)
             label = "context exact" if reason == EXACT else f"context not exact: {reason}"
             table.add_row(f"  {label}", f"{n:,}")
+    witnessed = counts.get(WITNESSED_CALLS, 0)
+    table.add_row(
+        "  calls with a second witness (reported input tokens)",
+        f"{witnessed:,} of {counts.get('calls', 0):,}",
+    )
+    if witnessed:
+        table.add_row("  unexplained context gap (tokens)", f"{counts.get(GAP_TOKENS, 0):,}")
+    if counts.get(EXCLUDED):
+        table.add_row("  excluded segments (--exclude-fidelity)", f"{counts[EXCLUDED]:,}")
+        for key, n in sorted(counts.items()):
+            if key.startswith(EXCLUDED_PREFIX):
+                table.add_row(f"    excluded: {key.removeprefix(EXCLUDED_PREFIX)}", f"{n:,}")
     table.add_row("  drift realigned (not split)", f"{counts.get('drift_realigned', 0):,}")
     if counts.get("dropped_truncated_segments"):
         table.add_row("  dropped truncated segments", f"{counts['dropped_truncated_segments']:,}")

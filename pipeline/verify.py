@@ -78,6 +78,7 @@ ROW_COLUMNS = [
     "num_trainable_tokens",
 ]
 FIDELITY_COLUMN = "context_fidelity"
+GAP_COLUMN = "context_gap_tokens"
 
 
 class VerifyError(ValueError):
@@ -131,7 +132,8 @@ class VerifyResult:
 class _Options:
     mask_summaries: bool
     last_call_only: bool
-    drops_segments: bool  # --drop-truncated or the SFT length filter may leave calls out
+    drops_segments: bool  # --drop-truncated, --exclude-fidelity or the SFT length filter
+    excluded: frozenset[str] = frozenset()  # --exclude-fidelity: no row may carry these
     contexts_per_row: int | None = None  # None: every call's context is checked
 
 
@@ -151,7 +153,10 @@ def verify_build(
     options = _Options(
         bool(config.get("mask_summaries")),
         bool(config.get("last_call_only")),
-        bool(config.get("drop_truncated")) or manifest.get("kind") == "sft",
+        bool(config.get("drop_truncated"))
+        or bool(config.get("exclude_fidelity"))
+        or manifest.get("kind") == "sft",
+        frozenset(config.get("exclude_fidelity") or ()),
         SAMPLE_CONTEXTS_PER_ROW if mode == "sample" else None,
     )
     renderer = build_renderer(manifest, tokenizer)
@@ -316,7 +321,7 @@ def _row_groups(shards: list[Path], wanted: set[str]) -> list[list[tuple]]:
     groups: list[list[tuple]] = []
     for shard in shards:
         schema = pq.read_schema(shard)
-        columns = ROW_COLUMNS + ([FIDELITY_COLUMN] if FIDELITY_COLUMN in schema.names else [])
+        columns = ROW_COLUMNS + [c for c in (FIDELITY_COLUMN, GAP_COLUMN) if c in schema.names]
         ids = pq.read_table(shard, columns=["rollout_id"])["rollout_id"]
         mask = pc.is_in(ids, pa.array(sorted(wanted), pa.string()))
         rows_at = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
@@ -599,23 +604,42 @@ class _RolloutCheck:
             )
 
     def _fidelity(self, group: list[tuple]) -> list[Mismatch]:
-        from pipeline.fidelity import segment_fidelity
+        """``context_fidelity`` (and ``context_gap_tokens``) as the rollout and the second
+        witness say: the harness's reported input counts, re-read from the log, against
+        the row's own call starts (``pipeline/witness.py``). A row that says ``exact``
+        where the witness shows a gap over the threshold fails by name."""
+        from pipeline.fidelity import EXACT, segment_fidelity, segment_witnesses
 
         segments = [
-            _SpansOnly([_CallIndex(s["call_index"]) for s in r["call_spans"]]) for _, _, r in group
+            _SpansOnly([_CallIndex(s["call_index"], s["start"]) for s in r["call_spans"]])
+            for _, _, r in group
         ]
         wanted = segment_fidelity(self.rollout, segments)
-        return [
-            Mismatch(
-                shard,
-                i,
-                row["rollout_id"],
-                row["segment_index"],
-                f"context_fidelity {row[FIDELITY_COLUMN]}, the rollout says {want}",
-            )
-            for (shard, i, row), want in zip(group, wanted)
-            if list(row[FIDELITY_COLUMN] or []) != want
-        ]
+        seen = segment_witnesses(self.rollout, segments)
+        found = []
+        for (shard, i, row), want, witnessed in zip(group, wanted, seen):
+            have = list(row[FIDELITY_COLUMN] or [])
+            whats = []
+            if have == [EXACT] and witnessed.gap:
+                whats.append(
+                    f"context_fidelity says exact, but the harness's reported input tokens "
+                    f"depart from the rebuilt context by {witnessed.gap_tokens} tokens "
+                    f"({witnessed.flagged} of {witnessed.witnessed} witnessed calls over the "
+                    "threshold)"
+                )
+            elif have != want:
+                whats.append(f"context_fidelity {have}, the rollout says {want}")
+            if GAP_COLUMN in row and row[GAP_COLUMN] != witnessed.gap_tokens:
+                whats.append(
+                    f"context_gap_tokens {row[GAP_COLUMN]}, the witness says {witnessed.gap_tokens}"
+                )
+            if self.options.excluded.intersection(have):
+                whats.append(
+                    f"context_fidelity {have} names a reason the build excluded "
+                    f"(--exclude-fidelity {','.join(sorted(self.options.excluded))})"
+                )
+            found += [Mismatch(shard, i, row["rollout_id"], row["segment_index"], w) for w in whats]
+        return found
 
 
 def spread(n: int, limit: int | None) -> set[int] | range:
@@ -653,11 +677,12 @@ class _RowText:
 @dataclass(frozen=True)
 class _CallIndex:
     call_index: int
+    start: int
 
 
 @dataclass(frozen=True)
 class _SpansOnly:
-    """What ``segment_fidelity`` reads of a segment: its spans' call indices."""
+    """What ``segment_fidelity`` reads of a segment: its spans' call indices and starts."""
 
     spans: list[_CallIndex]
 

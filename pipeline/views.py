@@ -14,6 +14,10 @@ the README's example queries all see the same tables:
   is ``resolved`` when recorded, else ``reward > 0``.
 - ``fidelity``: one row per (segment, ``context_fidelity`` value): ``exact`` or a reason
   the segment's context is not exactly what the model received.
+- ``witness``: one row per segment, its second witness (``pipeline/witness.py``):
+  ``calls``, ``witnessed_calls`` (calls whose reported input and the previous call's
+  are both known), ``gap_tokens`` (``context_gap_tokens``) and ``flagged``
+  (``unexplained_context_gap`` in ``context_fidelity``).
 - ``quarantine``: ``quarantine.jsonl``, one row per rejected record, with
   ``reason_kind``: the reason with ids, quoted values and numbers blanked, for grouping.
 - SFT builds only: ``corrections`` (one row per attached judge correction) and
@@ -99,6 +103,8 @@ def connect(build_dir: str | Path, locked: Limits | None = None) -> duckdb.DuckD
     con.execute(_quarantine_sql(out / "quarantine.jsonl"))
     if "context_fidelity" in columns:
         con.execute(FIDELITY_SQL)
+    if "context_gap_tokens" in columns:
+        con.execute(WITNESS_SQL)
     if "corrections" in columns:
         con.execute(CORRECTIONS_SQL)
     if "summary_audit" in columns:
@@ -162,6 +168,18 @@ def _calls_sql(tool_call_id: int | None, has_reported: bool = True) -> str:
     FROM segments s,
          (SELECT unnest(s.call_spans) AS c, generate_subscripts(s.call_spans, 1) AS i) AS u"""
 
+
+# DuckDB lists are 1-based: call i (i >= 2) is witnessed when its count and call i-1's are known.
+WITNESS_SQL = """
+CREATE VIEW witness AS
+SELECT rollout_id, task_id, source, model, segment_index,
+       len(call_spans) AS calls,
+       len(list_filter(range(2, len(reported_input_tokens) + 1),
+                       lambda i: reported_input_tokens[i] IS NOT NULL
+                                 AND reported_input_tokens[i - 1] IS NOT NULL)) AS witnessed_calls,
+       context_gap_tokens AS gap_tokens,
+       list_contains(context_fidelity, 'unexplained_context_gap') AS flagged
+FROM segments"""
 
 ROLLOUTS_SQL = """
 CREATE VIEW rollouts AS

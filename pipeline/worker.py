@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
 
-from pipeline import fidelity, limits
+from pipeline import fidelity, limits, witness
 from pipeline.atomic import atomic_write, write_text
 from pipeline.inputs import Task
 from pipeline.intake import ACCEPTED, SKIPPED, iter_records
@@ -44,6 +44,7 @@ from pipeline.rows import (
     RejectedRollout,
     RowBatch,
     RowOptions,
+    exclude_by_fidelity,
     masked_segments,
     rollout_reward,
 )
@@ -310,6 +311,9 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
         try:
             _check_numbers(rollout, len(segmenter.renderer.tokenizer))
             segments, dropped = masked_segments(rollout, segmenter, config.options)
+            segments, excluded = exclude_by_fidelity(
+                rollout, segments, config.options.exclude_fidelity
+            )
             if task_stage is not None:
                 segments = [m for m in segments if task_stage.keep_segment(len(m.segment.tokens))]
             # The stage's columns first: a rollout rejected there must leave no rows behind.
@@ -324,7 +328,7 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
             reject(line, f"rollout {rollout.rollout_id}: nested too deeply to process", None, file)
             continue
         ordinal += 1
-        own: Counter = Counter(accepted=1, dropped_truncated_segments=dropped)
+        own: Counter = Counter(accepted=1, dropped_truncated_segments=dropped, **excluded)
         own["segments"] += len(segments)
         if not segments:
             own["rollouts_without_segments"] += 1
@@ -348,6 +352,10 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
         for reasons in batch.last_fidelity:
             for reason in reasons:
                 own[f"{fidelity.COUNT_PREFIX}{reason}"] += 1
+        for seen in batch.last_witnesses:  # the second witness (pipeline/witness.py)
+            if seen.witnessed:  # counted only where some log reports usage
+                own[witness.WITNESSED_CALLS] += seen.witnessed
+                own[witness.GAP_TOKENS] += seen.gap_tokens or 0
         stats.update(own)
         seams.update(own_seams)
         # Every accepted rollout, by ordinal: the build finds duplicate ids across tasks

@@ -72,6 +72,14 @@ def add_build_arguments(p) -> None:
         "quarantining them; their segments say so in context_fidelity (lost_records).",
     )
     p.add_argument(
+        "--exclude-fidelity",
+        default=None,
+        metavar="REASON[,REASON]",
+        help="Leave out segments whose context_fidelity names one of these reasons (e.g. "
+        "unexplained_context_gap,opaque_summary; the list is in docs/data.md). Left-out "
+        "segments are counted per reason; their rollouts keep their GRPO vote.",
+    )
+    p.add_argument(
         "--rows-per-shard",
         type=int,
         default=1024,
@@ -225,6 +233,9 @@ def config_from_args(args, kind: str):
         last_call_only=args.last_call_only,
         drop_truncated=args.drop_truncated,
         keep_damaged=args.keep_damaged,
+        exclude_fidelity=tuple(
+            r.strip() for r in (args.exclude_fidelity or "").split(",") if r.strip()
+        ),
         rows_per_shard=args.rows_per_shard,
         chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))) if args.chunk_mb else None,
         workers=args.workers,

@@ -15,8 +15,10 @@ from pipeline import atomic
 from pipeline.fidelity import COUNT_PREFIX
 from pipeline.report.figures import FIGURES, png_bytes
 from pipeline.report.page import Plot, ResultTable, render_page
+from pipeline.rows import EXCLUDED, EXCLUDED_PREFIX
 from pipeline.standard_queries import STANDARD, available, build_counts
 from pipeline.views import connect, view_names
+from pipeline.witness import GAP_REASON, GAP_TOKENS, WITNESSED_CALLS
 
 
 def build_report(build_dir: str | Path) -> tuple[str, list[Plot]]:
@@ -72,6 +74,20 @@ def build_report(build_dir: str | Path) -> tuple[str, list[Plot]]:
                 if k.startswith(COUNT_PREFIX)
             )
             or "not recorded",
+        ),
+        (
+            "second witness (reported input tokens)",
+            f"{counts.get(WITNESSED_CALLS, 0):,} of {counts['calls']:,} calls witnessed; "
+            f"{counts.get(COUNT_PREFIX + GAP_REASON, 0):,} segment(s) with an unexplained "
+            f"context gap ({counts.get(GAP_TOKENS, 0):,} tokens)",
+        ),
+        *(
+            (
+                f"excluded segments{'' if k == EXCLUDED else ': ' + k.removeprefix(EXCLUDED_PREFIX)}",
+                f"{n:,}",
+            )
+            for k, n in sorted(counts.items())
+            if k == EXCLUDED or k.startswith(EXCLUDED_PREFIX)
         ),
     ]
     notes = (

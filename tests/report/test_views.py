@@ -28,7 +28,7 @@ def test_each_view_has_one_row_per_thing_it_names(rl_build):
     )
     assert con.execute("SELECT count(*) FROM rollouts").fetchone()[0] == len(ROLLOUTS)
     assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == len(BROKEN_LINES)
-    assert view_names(con) == ["calls", "fidelity", "quarantine", "rollouts", "segments"]
+    assert view_names(con) == ["calls", "fidelity", "quarantine", "rollouts", "segments", "witness"]
     assert con.execute("SELECT count(*) FROM fidelity").fetchone()[0] == len(rows)
 
 
