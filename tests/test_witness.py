@@ -164,11 +164,17 @@ def _session(results: list[str], extra: dict[int, str], model: str) -> Rollout:
                 "id": f"a{i}",
                 "role": "assistant",
                 "content": f"Step {i}.",
-                "tool_calls": [{"id": f"c{i}", "name": "run", "arguments": '{"n": %d}' % i}],
+                "tool_calls": [{"id": f"c{i}", "name": "run", "arguments": json.dumps({"n": i})}],
             }
         )
         events.append(
-            {"type": "message", "id": f"t{i}", "role": "tool", "tool_call_id": f"c{i}", "content": text}
+            {
+                "type": "message",
+                "id": f"t{i}",
+                "role": "tool",
+                "tool_call_id": f"c{i}",
+                "content": text,
+            }
         )
         if i in extra:
             events.append({"type": "message", "id": f"x{i}", "role": "user", "content": extra[i]})
@@ -207,7 +213,9 @@ def _gaps(renderer, rollout: Rollout) -> list[list[str]]:
 texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=60).map(" ".join)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     results=st.lists(texts, min_size=2, max_size=5),
     where=st.integers(0, 3),
@@ -230,7 +238,5 @@ def test_a_deleted_or_injected_record_is_always_flagged_an_untouched_one_never(
     assert _gaps(renderer, _seen_by_seam(truth, reported)) == [["exact"]]
     flagged = _gaps(renderer, _seen_by_seam(seam_view, reported))
     assert flagged == [[witness.GAP_REASON]]
-    [seen] = segment_witnesses(
-        _seen_by_seam(seam_view, reported), segmenter.segments(seam_view)
-    )
+    [seen] = segment_witnesses(_seen_by_seam(seam_view, reported), segmenter.segments(seam_view))
     assert seen.flagged == 1 and seen.gap_tokens >= size * witness.factor(model) - 800
