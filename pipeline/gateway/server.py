@@ -48,6 +48,7 @@ from pipeline.gateway.dialects import (
 )
 from pipeline.gateway.judging import JudgeFailed, LoopJudge
 from pipeline.gateway.recorder import Recorder, check_id
+from pipeline.limits import check_depth
 
 DEFAULT_SUMMARY_PROMPTS = (
     r"create a detailed summary of the conversation",  # Claude Code /compact and auto-compact
@@ -150,10 +151,13 @@ class Gateway:
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         assert self.client is not None
-        async with self.client.get(self._upstream("/models"), headers=self._auth()) as resp:
-            return web.Response(
-                status=resp.status, body=await resp.read(), content_type="application/json"
-            )
+        try:
+            async with self.client.get(self._upstream("/models"), headers=self._auth()) as resp:
+                return web.Response(
+                    status=resp.status, body=await resp.read(), content_type="application/json"
+                )
+        except (aiohttp.ClientError, TimeoutError) as exc:  # the engine is down: one line
+            return _error(502, f"seam gateway: upstream failed: {exc!r}")
 
     async def count_tokens(self, request: web.Request) -> web.Response:
         # An estimate (4 characters a token): harnesses use it to decide when to compact,
@@ -208,9 +212,13 @@ class Gateway:
         received = time.monotonic()
         try:
             session = self._session(request)
-            body = await request.json(loads=orjson.loads)
+            raw = await request.read()
+            body = orjson.loads(raw)
             if not isinstance(body, dict):
                 raise DialectError("the request body must be a JSON object")
+            # Deeper nesting would fail later, after the engine answered, where the call is
+            # serialized (orjson stops at 255 levels): a 500 with the engine's work lost.
+            check_depth(body, raw)
             translate = {"anthropic": anthropic_to_openai, "responses": responses_to_openai}
             upstream_body = translate[dialect](body) if dialect in translate else dict(body)
         except (ValueError, DialectError) as exc:
@@ -242,6 +250,12 @@ class Gateway:
             if kind:
                 seam["kind"] = kind
             executed, correction = await self._judge(session, upstream_body, response, seam)
+            try:  # the harness's answer is made before anything is written (nothing half-done)
+                reply = _reply(executed, asked, dialect, body.get("model"), stream, include_usage)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                self.stats["errors"] += 1
+                message = f"seam gateway: the engine's answer cannot be translated: {exc!r}"
+                return _error(502, message[:500], dialect)
             record = {
                 "session_id": session.rollout_id,
                 "task_id": session.task_id,
@@ -259,20 +273,9 @@ class Gateway:
             final = dict(executed["choices"][0].get("message") or candidate)
             session.previous = [_norm(m) for m in messages] + [_norm(final)]
             self.stats["calls"] += 1
-        answer = _strip_added(executed, asked)
-        if dialect == "responses":
-            resp = openai_to_responses(answer, body.get("model"))
-            if stream:
-                return await _stream(request, responses_sse(resp))
-            return web.json_response(resp, dumps=_dumps)
-        if dialect == "anthropic":
-            message = openai_to_anthropic(answer, body.get("model"))
-            if stream:
-                return await _stream(request, anthropic_sse(message))
-            return web.json_response(message, dumps=_dumps)
         if stream:
-            return await _stream(request, openai_sse(answer, include_usage))
-        return web.json_response(answer, dumps=_dumps)
+            return await _stream(request, reply)
+        return web.Response(body=reply, content_type="application/json")
 
     def _session(self, request: web.Request) -> Session:
         task_id = request.match_info.get("task_id") or request.headers.get("X-Seam-Task-Id")
@@ -366,8 +369,8 @@ class Gateway:
             return status, data, ms
         try:
             parsed = orjson.loads(data)
-            if not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
-                raise ValueError("no choices")
+            check_depth(parsed, data)
+            _check_answer(parsed)
         except (ValueError, AttributeError) as exc:
             detail = {"error": {"message": f"seam gateway: upstream answer unusable: {exc}"}}
             return 502, json.dumps(detail).encode(), ms
@@ -465,6 +468,51 @@ def _strip_added(response: dict, asked: set[str]) -> dict:
         choices.append(choice)
     out["choices"] = choices
     return out
+
+
+def _check_answer(parsed: Any) -> None:
+    """The shape of a chat-completions answer the gateway records and translates; a
+    ValueError names the first part that is not (the call is then a 502, not a 500)."""
+    if not isinstance(parsed, dict):
+        raise ValueError("not a JSON object")
+    choices = parsed.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ValueError("no choices")
+    choice = choices[0]
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        raise ValueError("choices[0] has no message object")
+    message = choice["message"]
+    if not isinstance(message.get("content"), (str, type(None))):
+        raise ValueError("the message content is not text")
+    calls = message.get("tool_calls")
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise ValueError("tool_calls is not a list")
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not (
+            isinstance(fn, dict)
+            and isinstance(fn.get("name"), str)
+            and isinstance(fn.get("arguments"), (str, type(None)))
+        ):
+            raise ValueError("a tool call has no function name and arguments text")
+
+
+def _reply(
+    executed: dict, asked: set, dialect: str, model: Any, stream: bool, include_usage: bool
+) -> Any:
+    """What the harness gets, in its dialect: the JSON bytes, or the list of SSE events
+    when it streams. Built in full before the call is recorded, so an answer that cannot
+    be translated is a 502 with nothing written, not a 500 after the line was."""
+    answer = _strip_added(executed, asked)
+    if dialect == "responses":
+        resp = openai_to_responses(answer, model)
+        return list(responses_sse(resp)) if stream else orjson.dumps(resp)
+    if dialect == "anthropic":
+        message = openai_to_anthropic(answer, model)
+        return list(anthropic_sse(message)) if stream else orjson.dumps(message)
+    return list(openai_sse(answer, include_usage)) if stream else orjson.dumps(answer)
 
 
 def _error(status: int, message: str, dialect: str = "openai") -> web.Response:

@@ -91,3 +91,80 @@ def test_a_restarted_gateway_knows_the_earlier_rewards(tmp_path, model_server, s
     second = start_gateway(model_server.url, name="c")
     again = requests.post(second.base("t", "r1") + "/reward", json={"reward": 0.5})
     assert again.status_code == 409
+
+
+class _OddEngine:
+    """An engine stand-in on 127.0.0.1 that answers every call with ``answer``."""
+
+    def __init__(self, answer):
+        from aiohttp import web
+
+        from tests.gateway.serving import ThreadedApp
+
+        async def handle(request):
+            return web.json_response(self.answer)
+
+        self.answer = answer
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handle)
+        self.served = ThreadedApp(app)
+        self.url = self.served.url + "/v1"
+
+
+ODD_ANSWERS = {
+    "a number for a choice": {"choices": [1]},
+    "no message": {"choices": [{"index": 0}]},
+    "content not text": {"choices": [{"message": {"role": "assistant", "content": {"a": 1}}}]},
+    "arguments not text": {
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"x": 1}}}],
+                }
+            }
+        ]
+    },
+    "a tool call not an object": {
+        "choices": [{"message": {"role": "assistant", "content": "", "tool_calls": ["x"]}}]
+    },
+}
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+@pytest.mark.parametrize("case", sorted(ODD_ANSWERS))
+def test_an_odd_engine_answer_is_a_502_with_nothing_written(case, dialect, start_gateway):
+    engine = _OddEngine(ODD_ANSWERS[case])
+    try:
+        gw = start_gateway(engine.url, token_ids="off")
+        if dialect == "openai":
+            url = gw.base("t", "odd") + "/v1/chat/completions"
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        else:
+            url = gw.base("t", "odd") + "/v1/messages"
+            body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        answer = requests.post(url, json=body)
+        assert answer.status_code == 502, answer.text
+        assert "Traceback" not in answer.text
+        assert not (gw.out / "calls" / "odd.jsonl").exists()
+    finally:
+        engine.served.stop()
+
+
+def test_a_request_nested_a_thousand_deep_is_a_400(model_server, start_gateway):
+    gw = start_gateway(model_server.url)
+    deep = "[" * 1000 + "]" * 1000
+    raw = '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "x": ' + deep + "}"
+    answer = requests.post(
+        gw.base("t", "deep") + "/v1/chat/completions",
+        data=raw,
+        headers={"Content-Type": "application/json"},
+    )
+    assert answer.status_code == 400 and "max_depth" in answer.json()["error"]["message"]
+
+
+def test_models_with_the_engine_down_is_a_502(start_gateway):
+    gw = start_gateway("http://127.0.0.1:9/v1")  # nothing listens on the discard port
+    answer = requests.get(gw.base("t", "r") + "/v1/models")
+    assert answer.status_code == 502 and "upstream failed" in answer.json()["error"]["message"]
