@@ -45,6 +45,7 @@ REASONS: dict[str, str] = {
     "unverified_attachment": "a Claude Code attachment from a version whose rendering seam has not observed (rendered as 2.1.197 renders it)",
     "image_content": "the context held images; seam keeps an [image] placeholder per image (a text tokenizer cannot reproduce their tokens)",
     "unrendered_tool_reference": "a tool result held tool_reference blocks, which the provider expands into tool definitions the log does not record",
+    "interleaved_tool_outputs": "the log has a response's tool outputs between its calls (older Codex); the context puts them after the calls, in call order",
     witness.GAP_REASON: "the harness's own input token counts grow by more (or less) than "
     "seam's rebuilt context between two calls: something the model saw is missing (or added)",
 }

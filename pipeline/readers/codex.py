@@ -55,6 +55,7 @@ from pipeline.readers.codex_sessions import (
     is_fork_copy,
     own_turn_start,
     record_identity,
+    seconds,
 )
 from pipeline.readers.common import (
     BAD_CONTENT,
@@ -95,6 +96,8 @@ TOOL_KINDS = {
 ENCRYPTED_SUMMARY = "[compaction summary: encrypted by the provider, its text is not in the log]"
 WEB_SEARCH_RESULTS = "[web search results: read by the model, not recorded in the log]"
 Records = Iterable[tuple[int | None, dict | None, str | None, str]]
+# A response's items are written at once (older Codex): within this many seconds.
+BATCH_GAP_S = 1.0
 ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant"}
 # User-role messages Codex injects (environment context, AGENTS.md); they do not start a turn.
 INJECTED_PREFIXES = ("<", "# AGENTS.md")
@@ -257,6 +260,15 @@ class _Session:
             fill_missing_results=True, fill_before=("assistant",), fill_at_call=True
         )
         self.call = _Call()
+        # Outputs of the current response's calls, held until the response ends (Codex
+        # may write them between its calls), when they were written, whether more of the
+        # response came after them; the timestamp of the record being read; whether the
+        # session writes token counts.
+        self.outputs: list[Msg] = []
+        self.outputs_at: object = None
+        self.interleaved = False
+        self.stamp: object = None
+        self.counts = False
         self.turn_starts: set[str] = set()
         self.models: list[str] = []
         self.fidelity: list[dict] = []
@@ -285,6 +297,45 @@ class _Session:
             if event is not None:  # an assistant message is always appended
                 self.response_calls.append(event.id)
             self.call = _Call()
+        self.flush_outputs()
+
+    def holds_output(self, m: Msg) -> bool:
+        """Keep ``m`` back if it is the output of a call of the response still being read
+        (it goes right after the response: ``flush_outputs``)."""
+        call_id = m.fields.get("tool_call_id") if m.role == "tool" else None
+        if call_id is None or call_id not in {str(c["id"]) for c in self.call.calls}:
+            return False
+        self.outputs.append(m)
+        self.outputs_at = self.stamp
+        return True
+
+    def continues_response(self) -> bool:
+        """An output item read after outputs of the current response's calls: the same
+        response (older Codex wrote each call's output right after the call, all items
+        of a response at once) when the session writes token counts (newer Codex writes
+        one between two responses) and the item was written with those outputs (within
+        ``BATCH_GAP_S``: a response retried after a dropped stream comes later).
+        Otherwise the outputs answered the response and this item starts the next one."""
+        if not self.outputs or not self.counts:
+            return False
+        held, here = seconds(self.outputs_at), seconds(self.stamp)
+        self.interleaved = held is None or here is None or here - held <= BATCH_GAP_S
+        return self.interleaved
+
+    def flush_outputs(self) -> None:
+        outputs, self.outputs = self.outputs, []
+        events = [self.builder.append(m) for m in outputs]
+        first = next((e for e in events if e is not None), None)
+        if self.interleaved and first is not None:
+            self.fidelity.append(
+                _fidelity(
+                    "interleaved_tool_outputs",
+                    first.id,
+                    f"{len(outputs)} tool outputs written between the calls of one response; "
+                    "the context has them after its calls",
+                )
+            )
+        self.interleaved = False
 
     def append_input(self, m: Msg) -> MessageEvent | None:
         self.flush()
@@ -311,6 +362,7 @@ class _Session:
         move repeats the previous one. Set only when that response is one call (a web
         search splits a response into several)."""
         self.flush()
+        self.counts = True
         if not isinstance(info, dict):
             return
         usage, total = info.get("last_token_usage"), info.get("total_token_usage")
@@ -374,6 +426,7 @@ def rollouts_from_records(records: Records, default_id: str) -> Iterator[ReadIte
         if session is None:
             session = sessions.setdefault(default_id, _Session({}, line))
         try:
+            session.stamp = rec.get("timestamp")
             skip = _record(session, rtype, payload, line)
         except BAD_CONTENT as exc:
             yield Rejected(line, f"{rtype}: {reason_of(exc)}", raw)
@@ -500,6 +553,8 @@ def _record(s: _Session, rtype: str, payload: dict, line: int | None) -> str | N
     if kind == "ghost_snapshot":
         return "response_item/ghost_snapshot: undo bookkeeping, not model input"
     if _is_output(payload):
+        if s.outputs and not s.continues_response():
+            s.flush()
         s.call.line = s.call.line or line
         s.call.add(payload)
         if kind == "web_search_call":
@@ -508,10 +563,12 @@ def _record(s: _Session, rtype: str, payload: dict, line: int | None) -> str | N
     m = _input_message(payload)
     if m is None:
         return f"response_item/{kind}: not a message or call seam knows"
+    m.id = f"L{line}"
+    if s.holds_output(m):
+        return None
     s.flush()
     if m.role == "tool" and not s.builder.is_open(m.fields["tool_call_id"]):
         return f"response_item/{kind} for a call that is not open in this session"
-    m.id = f"L{line}"
     event = s.append_input(m)
     if (
         event is not None

@@ -81,7 +81,7 @@ def _uuid7_ms(value: object) -> int | None:
     return int(match.group(1) + match.group(2), 16) if match else None
 
 
-def _seconds(stamp: object) -> float | None:
+def seconds(stamp: object) -> float | None:
     try:
         return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
     except ValueError:
@@ -99,5 +99,5 @@ def own_turn_start(fork_id: str, copy_stamp: object, record: dict) -> bool:
     turn, fork = _uuid7_ms(payload.get("turn_id")), _uuid7_ms(fork_id)
     if turn is not None and fork is not None:
         return turn >= fork
-    start, here = _seconds(copy_stamp), _seconds(record.get("timestamp"))
+    start, here = seconds(copy_stamp), seconds(record.get("timestamp"))
     return start is not None and here is not None and here - start > COPY_WINDOW_S

@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.readers import REGISTRY, Accepted, Rejected, Skipped
 from pipeline.readers.builder import MISSING_RESULT
+from pipeline.readers.codex import rollouts_from_records
 from pipeline.readers.common import REPEAT_REASON
 from schemas.replay import replay
 from schemas.rollout import MessageEvent, Rollout
-from tests.readers.util import fixture, only
+from tests.readers.util import accounted, fixture, nonblank_lines, only, shape
 
 SNAPSHOTS = [fixture("codex", "snapshots", f"snapshot_{n}.jsonl") for n in (1, 2)]
 
@@ -272,3 +275,175 @@ def test_another_session_after_the_copy_ends_it(tmp_path):
     rollouts, rejected, _ = read_together([path])
     assert [r.rollout_id for r in rollouts] == ["019c8a70-0000-7000-8000-00000000c0de"]
     assert [r.reason.split(",")[1] for r in rejected] == [f" a fork of {PARENT}"]
+
+
+# -- parallel tool calls -----------------------------------------------------------------
+
+
+def test_interleaved_outputs_of_one_response_are_one_call_whose_outputs_all_reach_the_next():
+    """Codex 0.46 writes a response's token count, then its items with each call's
+    output right after the call: three parallel calls are one call of the model, and
+    the next call sees all three outputs, in call order (flagged: the log had them
+    between the calls)."""
+    rollout = only("codex", fixture("codex", "parallel_interleaved.jsonl"))
+    assert shape(rollout)[3:8] == [
+        ("assistant", "L8", "", ["call_cfg", "call_log", "call_git"]),
+        ("tool", "L10", "[tool:pytest]\naddopts = -q", "call_cfg"),
+        ("tool", "L13", "FAILED tests/test_io.py::test_read", "call_log"),
+        ("tool", "L15", " M io.py", "call_git"),
+        ("assistant", "L17", "Reading the failing test.", ["call_test"]),
+    ]
+    first = rollout.calls()[0]
+    assert first.reasoning == "Look at the config and the log\n\nAnd the state of the tree"
+    after = replay(rollout)[1].context
+    assert [m.tool_call_id for m in after if m.role == "tool"] == [
+        "call_cfg",
+        "call_log",
+        "call_git",
+    ]
+    assert [f for f in rollout.meta["fidelity"] if f["reason"] == "interleaved_tool_outputs"] == [
+        {
+            "reason": "interleaved_tool_outputs",
+            "event_id": "L10",
+            "detail": "3 tool outputs written between the calls of one response; "
+            "the context has them after its calls",
+        }
+    ]
+    assert "synthesized_tool_results" not in rollout.meta
+
+
+def test_outputs_written_after_the_response_follow_it_and_a_retried_response_stays_apart():
+    """Newer Codex: the calls, an approval notice while they run, the outputs, then the
+    count. A response retried after a dropped stream (no count, written seconds after the
+    output it saw) is a call of its own."""
+    rollout = only("codex", fixture("codex", "parallel_batched.jsonl"))
+    assert [[c.id for c in call.tool_calls] for call in rollout.calls()] == [
+        ["call_api", "call_db"],
+        [],
+        ["call_restart"],
+        ["call_status"],
+        [],
+    ]
+    after = replay(rollout)[1].context
+    assert [m.id for m in after[-4:]] == ["L7", "L10", "L11", "L12"]
+    assert "interleaved_tool_outputs" not in {f["reason"] for f in rollout.meta["fidelity"]}
+    # (the count after the retry covers two calls since the last count: not given to either)
+    assert [c.meta.get("reported_input_tokens") for c in rollout.calls()] == [
+        3000, 3300, None, None, 3900,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["parallel_interleaved.jsonl", "parallel_batched.jsonl"])
+def test_every_line_of_the_parallel_fixtures_is_accounted_for(name):
+    path = fixture("codex", name)
+    assert accounted(path, "codex") == nonblank_lines(path)
+
+
+def _record(at: float, kind: str, payload: dict) -> dict:
+    stamp = datetime.fromtimestamp(1_760_000_000 + at, tz=timezone.utc)
+    return {"timestamp": stamp.isoformat(timespec="milliseconds"), "type": kind, "payload": payload}
+
+
+def _count(at: float, n: int) -> dict:
+    usage = {"input_tokens": 1000 * n, "output_tokens": 10}
+    info = {"last_token_usage": usage, "total_token_usage": {**usage, "n": n}}
+    return _record(at, "event_msg", {"type": "token_count", "info": info})
+
+
+@st.composite
+def parallel_sessions(draw):
+    """A session of responses with 1-4 calls each, recorded the old way (count first,
+    then each call followed by its output, all at once) or the new way (items as they
+    come, outputs after the response, then the count; a dropped stream leaves the count
+    out), reasoning items between some calls."""
+    old = draw(st.booleans())
+    sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=5))
+    think = draw(st.lists(st.booleans(), min_size=20, max_size=20))
+    dropped = draw(st.lists(st.booleans(), min_size=5, max_size=5))
+    meta = {"id": "019a3000-0000-7000-8000-000000000001", "cli_version": "0.46.0"}
+    records = [
+        _record(0, "session_meta", meta),
+        _record(0, "response_item", {"type": "message", "role": "user", "content": "Go."}),
+        _record(0, "turn_context", {"model": "gpt-5-codex"}),
+        _record(0.1, "event_msg", {"type": "token_count", "info": None}),
+    ]
+
+    def item(at, kind, **fields):
+        records.append(_record(at, "response_item", {"type": kind, **fields}))
+
+    for r, size in enumerate(sizes):
+        t = 10.0 * (r + 1)
+        if old:
+            records.append(_count(t, r + 1))
+        for j in range(size):
+            call_id = f"c{r}_{j}"
+            if think[(r * 4 + j) % 20]:
+                item(t if old else t + 0.1 * j, "reasoning", summary=[], content=None)
+            arguments = json.dumps({"cmd": f"step {r} {j}"})
+            item(
+                t if old else t + 0.1 * j + 0.05,
+                "function_call",
+                call_id=call_id,
+                name="sh",
+                arguments=arguments,
+            )
+            if old:
+                item(t, "function_call_output", call_id=call_id, output=f"out {r} {j}")
+        if not old:
+            for j in range(size):
+                item(
+                    t + 2 + 0.1 * j,
+                    "function_call_output",
+                    call_id=f"c{r}_{j}",
+                    output=f"out {r} {j}",
+                )
+            if not dropped[r]:
+                records.append(_count(t + 3, r + 1))
+    end = 10.0 * (len(sizes) + 1)
+    if old:
+        records.append(_count(end, len(sizes) + 1))
+    item(end, "message", role="assistant", content=[{"type": "output_text", "text": "Done."}])
+    return old, sizes, records
+
+
+@settings(max_examples=60, deadline=None)
+@given(parallel_sessions())
+def test_every_output_of_a_response_reaches_the_next_call_in_call_order(case):
+    """Property: whichever way Codex recorded a response's parallel calls, each response
+    is one call with exactly its calls, and the next call sees all of its outputs right
+    after it, in call order; only the interleaved recording is flagged."""
+    old, sizes, records = case
+    rows = [(i + 1, r, None, json.dumps(r)) for i, r in enumerate(records)]
+    (rollout,) = [i.rollout for i in rollouts_from_records(rows, "x") if isinstance(i, Accepted)]
+    views = replay(rollout)
+    assert len(views) == len(sizes) + 1
+    for r, size in enumerate(sizes):
+        call = views[r].message
+        assert [c.id for c in call.tool_calls] == [f"c{r}_{j}" for j in range(size)]
+        context = views[r + 1].context
+        at = [m.id for m in context].index(call.id)
+        following = context[at + 1 : at + 1 + size]
+        assert [(m.tool_call_id, m.content) for m in following] == [
+            (f"c{r}_{j}", f"out {r} {j}") for j in range(size)
+        ]
+    flagged = "interleaved_tool_outputs" in {f["reason"] for f in rollout.meta["fidelity"]}
+    assert flagged == (old and max(sizes) > 1)
+    assert "synthesized_tool_results" not in rollout.meta
+
+
+def test_without_token_counts_outputs_between_calls_end_the_call(tmp_path):
+    """A log without any token count cannot tell one response whose outputs were written
+    between its calls from calls that each saw the outputs before them: it is read the
+    second way, as before (a record per call, nothing flagged)."""
+    lines = fixture("codex", "parallel_interleaved.jsonl").read_text().splitlines()
+    path = tmp_path / "no_counts.jsonl"
+    path.write_text("\n".join(line for line in lines if "token_count" not in line) + "\n")
+    rollout = only("codex", path)
+    assert [[c.id for c in call.tool_calls] for call in rollout.calls()] == [
+        ["call_cfg"],
+        ["call_log"],
+        ["call_git"],
+        ["call_test"],
+        [],
+    ]
+    assert "interleaved_tool_outputs" not in {f["reason"] for f in rollout.meta["fidelity"]}
