@@ -22,10 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from pipeline.http_guard import host_allowed, names
 from pipeline.view_filter import LIST_COLUMNS, FilterError
 from pipeline.view_worker import ClientGone, FilterWorker, ViewLimits
-
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 CSS = """
 body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;padding:1rem;max-width:70rem}
@@ -116,18 +115,6 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def host_allowed(header: str | None, allowed: set[str]) -> bool:
-    """Whether a ``Host`` header (``name``, ``name:port``, ``[v6]:port``) names one of
-    ``allowed`` (lower case); a request without one is refused too."""
-    if not header:
-        return False
-    try:
-        name = urlsplit("//" + header).hostname
-    except ValueError:
-        return False
-    return name is not None and name.rstrip(".") in allowed
-
-
 def client_gone(sock: socket.socket) -> bool:
     """Whether the client closed its connection: readable with nothing left to read."""
     try:
@@ -159,7 +146,7 @@ def make_server(
     It answers requests whose ``Host`` is 127.0.0.1, localhost, [::1] or one of
     ``allow_hosts``, and 403 to any other."""
     browser = BuildBrowser(build_dir, limits)
-    allowed = {h.lower().strip("[]").rstrip(".") for h in (*LOOPBACK_HOSTS, *allow_hosts)}
+    allowed = names(None, allow_hosts)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):

@@ -39,6 +39,17 @@ def register(sub) -> None:
         "--port", type=int, default=8788, help="Port (default 8788; 0 picks a free one)."
     )
     p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Another name the fleet reaches the gateway by (repeatable). Requests whose Host "
+        "is not 127.0.0.1, localhost, [::1], --host or one of these are refused (403), and so "
+        "are browser requests from another Origin and POSTs that are not JSON (415): a web "
+        "page cannot use the gateway. With --host 0.0.0.0 the Host is not checked unless "
+        "--allow-host is given. See docs/gateway.md.",
+    )
+    p.add_argument(
         "--token-ids",
         choices=["auto", "on", "off"],
         default="auto",
@@ -111,6 +122,8 @@ def run(args) -> int:
         upstream_timeout_s=args.upstream_timeout,
         summary_prompts=tuple(args.summary_prompt or DEFAULT_SUMMARY_PROMPTS),
         api_key=api_key,
+        listen_host=args.host,
+        allow_hosts=tuple(args.allow_host),
     )
     try:
         recorder = Recorder(

@@ -36,6 +36,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from pipeline import http_guard
 from pipeline.gateway.dialects import (
     DialectError,
     anthropic_sse,
@@ -67,6 +68,10 @@ class GatewayConfig:
     upstream_timeout_s: float = 600.0
     summary_prompts: tuple[str, ...] = DEFAULT_SUMMARY_PROMPTS
     api_key: str | None = None  # sent upstream as a bearer token
+    # Who may call (pipeline/http_guard.py): the address it listens on (a wildcard
+    # address checks no Host), and more names a fleet reaches it by (--allow-host).
+    listen_host: str = "127.0.0.1"
+    allow_hosts: tuple[str, ...] = ()
 
 
 @dataclass
@@ -116,7 +121,7 @@ class Gateway:
     # ------------------------------------------------------------------ app
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES, middlewares=[self._guard])
         for prefix in ("", "/s/{task_id}/{rollout_id}"):
             app.router.add_post(prefix + "/v1/chat/completions", self.chat_completions)
             app.router.add_post(prefix + "/chat/completions", self.chat_completions)
@@ -131,6 +136,35 @@ class Gateway:
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler) -> web.StreamResponse:
+        """Refuse what a web page could send (pipeline/http_guard.py): a Host the gateway
+        is not known by (DNS rebinding), a browser Origin of another site, and a POST
+        body that is not JSON (a cross-site "simple" request needs no preflight)."""
+        allowed = http_guard.names(self.config.listen_host, self.config.allow_hosts)
+        checks_host = (
+            self.config.listen_host not in http_guard.WILDCARD_HOSTS or self.config.allow_hosts
+        )
+        if checks_host and not http_guard.host_allowed(request.headers.get("Host"), allowed):
+            return _error(
+                403,
+                f"Host {request.headers.get('Host')!r} is not a name this gateway answers to; "
+                "add it with --allow-host NAME",
+            )
+        if not http_guard.origin_allowed(request.headers.get("Origin"), allowed):
+            return _error(
+                403,
+                f"Origin {request.headers.get('Origin')!r} is another site; a page may not "
+                "call the gateway (add its host with --allow-host NAME if it should)",
+            )
+        if request.method == "POST" and not http_guard.is_json(request.headers.get("Content-Type")):
+            return _error(
+                415,
+                "the body must be JSON sent as Content-Type: application/json "
+                "(curl: -H 'Content-Type: application/json')",
+            )
+        return await handler(request)
 
     async def _start(self, app: web.Application) -> None:
         self.client = aiohttp.ClientSession(

@@ -168,3 +168,45 @@ def test_models_with_the_engine_down_is_a_502(start_gateway):
     gw = start_gateway("http://127.0.0.1:9/v1")  # nothing listens on the discard port
     answer = requests.get(gw.base("t", "r") + "/v1/models")
     assert answer.status_code == 502 and "upstream failed" in answer.json()["error"]["message"]
+
+
+def test_a_cross_site_text_plain_post_records_nothing(model_server, start_gateway):
+    """A page elsewhere may POST text/plain without a preflight: it used to record a
+    reward for any rollout and forward chat calls with the gateway's key."""
+    gw = start_gateway(model_server.url)
+    foreign = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
+    reward = requests.post(gw.base("t", "r") + "/reward", data='{"reward": 1}', headers=foreign)
+    chat = requests.post(
+        gw.base("t", "r") + "/v1/chat/completions",
+        data='{"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}',
+        headers={"Content-Type": "text/plain"},
+    )
+    assert reward.status_code == 403 and chat.status_code == 415
+    assert not (gw.out / "rewards.jsonl").exists() and not list((gw.out / "calls").iterdir())
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Host": "evil.example"}, {"Origin": "http://evil.example"}, {"Origin": "null"}],
+    ids=["rebound host", "foreign origin", "null origin"],
+)
+def test_browser_requests_from_elsewhere_are_refused(headers, model_server, start_gateway):
+    gw = start_gateway(model_server.url)
+    answer = requests.post(gw.base("t", "r") + "/reward", json={"reward": 1}, headers=headers)
+    assert answer.status_code == 403
+    assert "--allow-host" in answer.json()["error"]["message"]
+
+
+def test_names_given_with_allow_host_and_wildcard_listening(model_server, start_gateway):
+    named = start_gateway(model_server.url, name="named", allow_hosts=("gw.fleet.internal",))
+    ok = requests.post(
+        named.base("t", "r") + "/reward",
+        json={"reward": 1},
+        headers={"Host": "gw.fleet.internal:80"},
+    )
+    assert ok.status_code == 200
+    anywhere = start_gateway(model_server.url, name="wild", listen_host="0.0.0.0")
+    ok = requests.post(
+        anywhere.base("t", "r") + "/reward", json={"reward": 1}, headers={"Host": "10.0.0.7:8788"}
+    )
+    assert ok.status_code == 200
