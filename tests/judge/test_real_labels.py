@@ -178,3 +178,13 @@ def test_restore_writes_files_and_the_restored_labels(tmp_path: Path, monkeypatc
     assert not (out / "claude_code" / "gone.jsonl").exists()
     kept = load_labels(str(out / "labels.jsonl"))
     assert [label.file for label in kept] == ["claude_code/a.jsonl", "claude_code/s.jsonl"]
+
+
+def test_the_set_is_big_enough(labels: list[CompactionLabel]) -> None:
+    """docs/labels.md: at least 60 compactions, 15 with a defect; a holdout part of at
+    least 20 with at least 5 defects."""
+    holdout = [label for label in labels if label.split == "holdout"]
+    assert len(labels) >= 60
+    assert sum(map(is_defect, labels)) >= 15
+    assert len(holdout) >= 20
+    assert sum(map(is_defect, holdout)) >= 5
