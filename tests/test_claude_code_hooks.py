@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.claude_code_hooks import capture, capture_command, install
+from pipeline.claude_code_hooks import STATUS_MARK, capture, capture_command, install
 from schemas.rollout import RewriteEvent
 from tests.readers.util import fixture
 
@@ -66,7 +66,7 @@ def test_install_merges_into_existing_settings_and_is_idempotent(tmp_path):
             }
         )
     )
-    command = capture_command(tmp_path / "cap", seam="/opt/seam")
+    command = capture_command(tmp_path / "cap", program=["/opt/seam"])
     assert install(settings, command, ("PreCompact", "PostCompact")) == {
         "PreCompact": "added",
         "PostCompact": "added",
@@ -76,12 +76,17 @@ def test_install_merges_into_existing_settings_and_is_idempotent(tmp_path):
     assert data["hooks"]["Stop"] == [{"hooks": [{"type": "command", "command": "notify"}]}]
     assert data["hooks"]["PreCompact"][0] == {"matcher": "manual", "hooks": [other]}
     ours = data["hooks"]["PreCompact"][1]["hooks"][0]
-    assert ours["command"] == f"/opt/seam hooks capture claude-code --capture {tmp_path / 'cap'}"
+    assert ours == {
+        "type": "command",
+        "command": f"/opt/seam hooks capture claude-code --capture {tmp_path / 'cap'}",
+        "timeout": 60,
+        "statusMessage": STATUS_MARK,
+    }
     before = settings.stat().st_mtime_ns
     assert set(install(settings, command, ("PreCompact",)).values()) == {"unchanged"}
     assert settings.stat().st_mtime_ns == before
     # Another capture folder replaces seam's entry, and only seam's.
-    moved = capture_command(tmp_path / "elsewhere", seam="/opt/seam")
+    moved = capture_command(tmp_path / "elsewhere", program=["/opt/seam"])
     assert install(settings, moved, ("PreCompact",)) == {"PreCompact": "updated"}
     groups = json.loads(settings.read_text())["hooks"]["PreCompact"]
     assert groups == [
