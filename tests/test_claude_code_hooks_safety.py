@@ -148,6 +148,24 @@ def test_a_directory_is_refused_even_with_force(tmp_path, capsys):
     assert list(folder.iterdir()) == []
 
 
+def test_a_capture_folder_that_is_a_file_is_refused_before_the_settings_change(tmp_path, capsys):
+    settings, blocker = tmp_path / "settings.json", tmp_path / "notes"
+    blocker.write_text("mine")
+    code, _, err = cli(
+        capsys,
+        "hooks",
+        "install",
+        "claude-code",
+        "--settings",
+        str(settings),
+        "--capture",
+        str(blocker / "cap"),
+        "--no-post-compact",
+    )
+    assert_one_line_refusal(code, err, "notes is not a directory")
+    assert not settings.exists() and blocker.read_text() == "mine"
+
+
 def test_an_immutable_file_is_refused_even_with_force(tmp_path, capsys):
     settings = tmp_path / "settings.json"
     settings.write_text("{}")
@@ -162,7 +180,7 @@ def test_an_immutable_file_is_refused_even_with_force(tmp_path, capsys):
                 *install_cli(capsys, settings, *extra)[::2], "is immutable (lsattr"
             )
         assert settings.read_text() == "{}"
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["cap", "settings.json"]
+        assert [p.name for p in tmp_path.iterdir()] == ["settings.json"]  # no cap/ either
     finally:
         subprocess.run(["chattr", "-i", str(settings)], check=True)
 

@@ -40,14 +40,17 @@ def run_install(args) -> int:
     if post is None:
         post = version is not None and version >= POST_COMPACT_SINCE
     events = HOOK_EVENTS if post else HOOK_EVENTS[:1]
-    try:
-        capture_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--capture {capture_dir}: {exc.strerror or exc}") from None
+    blocked = next((p for p in (capture_dir, *capture_dir.parents) if p.exists()), None)
+    if blocked is not None and not blocked.is_dir():
+        raise UsageError(f"--capture {capture_dir}: {blocked} is not a directory")
     try:
         status = install(settings, capture_command(capture_dir), events, force=args.force)
     except SettingsError as exc:
         raise UsageError(str(exc)) from None
+    try:  # after the settings: a refused install creates nothing
+        capture_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--capture {capture_dir}: {exc.strerror or exc}") from None
     found = ".".join(map(str, version)) if version else "not found"
     print(f"Claude Code: {found}; settings: {settings}; captures: {capture_dir}")
     for event, what in status.items():
