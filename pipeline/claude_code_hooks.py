@@ -163,11 +163,11 @@ def install(
     settings_path: Path, command: str, events: tuple[str, ...], force: bool = False
 ) -> dict[str, str]:
     """Add the capture ``command`` to ``events`` in a Claude Code settings file, keeping
-    everything else in it byte for byte in meaning (numbers keep their text). Seam's
-    earlier entries (``is_seam_entry``: e.g. another capture folder) are replaced;
-    nothing else is touched. Returns ``{event: added|updated|unchanged}``. The file is
-    written (``pipeline/settings_file.py``: symlinks followed, mode kept, atomic) only
-    when something changed."""
+    every other value in it as it was (numbers keep their text; the layout becomes a
+    two-space indent). Seam's earlier entries (``is_seam_entry``: e.g. another capture
+    folder) are replaced; nothing else is touched. Returns ``{event: added|updated|
+    unchanged}``. The file is written (``pipeline/settings_file.py``: symlinks followed,
+    mode kept, atomic) only when something changed."""
     ours = seam_entry(command)
 
     def edit(hooks: dict) -> dict[str, str]:

@@ -3,8 +3,8 @@
 ``json.loads`` turns every number into a Python ``int`` or ``float``: ``1e400`` becomes
 ``inf`` and ``json.dumps`` writes it back as ``Infinity``, which is not JSON (RFC 8259
 §6 has no literal for it), and ``1E5`` comes back as ``100000.0``. Here each number keeps
-the exact text it was written with (``Number``), so a rewrite changes only what the
-caller changed. What ``json.loads`` accepts but JSON does not (``NaN``, ``Infinity``,
+the exact text it was written with (``Number``), so a rewrite changes no value the
+caller did not change (the layout does change: ``dumps`` indents by two spaces). What ``json.loads`` accepts but JSON does not (``NaN``, ``Infinity``,
 ``-Infinity``) and what it silently resolves (a key given twice: the last one wins) are
 refused with ``JSONError`` instead, since writing the document back would lose
 information.
