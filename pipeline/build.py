@@ -45,6 +45,7 @@ from pipeline.canonical_io import RangeFeeder
 from pipeline.inputs import Task, plan_tasks, resolve_inputs, walked_files
 from pipeline.limits import Limits
 from pipeline.quarantine import NOT_WRITTEN, Share, merge_quarantine
+from pipeline.read_hash import BLOCK, changed_blocks, file_digests, recording
 from pipeline.shard_schema import SHARD_SCHEMA_VERSION
 from pipeline.stage import BuildStage
 from pipeline.worker import (
@@ -299,7 +300,9 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
     hashing = ThreadPoolExecutor(
         max_workers=max(1, min(len(files), os.cpu_count() or 1)), thread_name_prefix="seam-hash"
     )
-    digests = [hashing.submit(file_sha256, f, stop) for f in files]
+    # The file's sha256 and its block digests (``read_hash``): what the tasks read is
+    # checked against them before anything is published.
+    digests = [hashing.submit(file_digests, f, stop) for f in files]
     hashing.shutdown(wait=False)
     try:
         return _run_build(config, command, files, digests, states)
@@ -374,6 +377,35 @@ def _refuse_without_outcomes(tasks: list[Task]) -> None:
     )
 
 
+def _check_reads(
+    files: list[Path], digests: list[tuple[str, list[str]]], results: list[TaskResult], fed: dict
+) -> None:
+    """Every input block the tasks (and the feeder) read is the block the build hashed
+    first, and an input whose blocks were not all read through ``read_hash`` still has
+    its first hash: else the input changed while the build read it, and the build fails
+    before it publishes (``pipeline/read_hash.py``)."""
+    read: dict[str, dict[int, set[str]]] = {}
+    for log in [fed, *(r.reads or {} for r in results)]:
+        for name, blocks in log.items():
+            into = read.setdefault(os.path.realpath(name), {})
+            for i, digest in blocks.items():
+                into.setdefault(int(i), set()).add(digest)
+    for f, (whole, hashed) in zip(files, digests):
+        blocks = read.get(os.path.realpath(f), {})
+        changed = changed_blocks(blocks, hashed)
+        where = f"bytes {changed[0] * BLOCK:,}+" if changed else ""
+        if not changed and len(blocks) < len(hashed):
+            # Not every block came through read_hash (Parquet read by Arrow, a reader's
+            # own open, a read that stopped early): the file is hashed again.
+            changed = [0] if file_sha256(f) != whole else []
+            where = "its sha256"
+        if changed:
+            raise BuildError(
+                f"input {f} changed while the build read it ({where} differ from what the "
+                "build hashed first); nothing was published: rerun once it is complete"
+            )
+
+
 def _run_build(
     config: BuildConfig, command: str, files: list[Path], digests: list, states: list
 ) -> BuildResult:
@@ -402,7 +434,7 @@ def _run_build(
         {
             "path": str(f),
             "from_out": os.path.relpath(Path(f).resolve(), out_at),
-            "sha256": d.result(),
+            "sha256": d.result()[0],
             "bytes": f.stat().st_size,
         }
         for f, d in zip(files, digests)
@@ -463,6 +495,7 @@ def _run_build(
             Share.of(config.limits, len(tasks)),
         )
         with (
+            recording() as fed,  # the compressed ranges this process reads for the workers
             _task_runner(todo, wconf, config) as results_in_order,
             task_progress(config.progress, len(tasks), resumed) as advance,
         ):
@@ -471,6 +504,7 @@ def _run_build(
                 advance(result)
         results = [done[t.index] for t in tasks]
         _check_inputs_unchanged(files, states)
+        _check_reads(files, [d.result() for d in digests], results, fed)
         return _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, command)
 
 

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from pipeline import limits
+from pipeline.read_hash import open_input
 from schemas.rollout import Rollout
 
 if sys.version_info >= (3, 14):
@@ -83,11 +84,21 @@ def open_text_stream(path: Path) -> IO[bytes]:
     """Open a file for binary line reading, decompressing ``.gz`` and ``.zst`` on the fly
     (every frame of a ``.zst`` file; a cut one raises ``EOFError``). Decompressed data is
     produced in bounded pieces and its total capped by ``max_decompressed_bytes``."""
-    if path.suffix == ".gz":
-        return cast(IO[bytes], io.BufferedReader(_Capped(gzip.open(path, "rb")), 1 << 20))
-    if path.suffix == ".zst":
-        return cast(IO[bytes], io.BufferedReader(_Capped(ZstdFile(path, "rb")), 1 << 20))
-    return open(path, "rb")
+    # The file's own bytes come through ``read_hash.open_input``: a build records what its
+    # tasks read and checks it against what it hashed first.
+    raw = open_input(path)
+    if path.suffix in (".gz", ".zst"):
+        try:
+            inner = (
+                gzip.GzipFile(fileobj=raw, mode="rb")
+                if path.suffix == ".gz"
+                else ZstdFile(cast(IO[bytes], raw), "rb")
+            )
+        except BaseException:
+            raw.close()
+            raise
+        return cast(IO[bytes], io.BufferedReader(_Capped(inner, raw), 1 << 20))
+    return cast(IO[bytes], io.BufferedReader(cast(io.RawIOBase, raw), 1 << 18))
 
 
 class _Capped(io.RawIOBase):
@@ -95,8 +106,9 @@ class _Capped(io.RawIOBase):
     few KB of input must not turn into an unbounded amount of work) and for bytes that
     are not zstd."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, raw):
         self._inner, self._left = inner, limits.current().max_decompressed_bytes
+        self._raw = raw  # the compressed file: the decompressor does not close it
 
     def readable(self) -> bool:
         return True
@@ -116,7 +128,10 @@ class _Capped(io.RawIOBase):
         return len(data)
 
     def close(self) -> None:
-        self._inner.close()
+        try:
+            self._inner.close()
+        finally:
+            self._raw.close()
         super().close()
 
 

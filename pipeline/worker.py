@@ -38,6 +38,7 @@ from pipeline.inputs import Task
 from pipeline.intake import ACCEPTED, SKIPPED, iter_records
 from pipeline.limits import Limits
 from pipeline.quarantine import NOT_WRITTEN, Share, TaskQuarantine
+from pipeline.read_hash import recording
 from pipeline.render import ChatRenderer, TemplateError
 from pipeline.rows import (
     ROLLOUT_ORDINAL,
@@ -208,6 +209,9 @@ class TaskResult:
     groups: dict[str, list]
     rollouts: list[list]
     session_files: list[str] | None = None  # a session's other files, read with this one
+    # What the task read: {file: {block index: sha256}} (``read_hash``); None in markers
+    # of an older seam.
+    reads: dict[str, dict[str, str]] | None = None
 
     def to_json(self) -> str:
         fields = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
@@ -275,92 +279,100 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
     accepted: list[list] = []  # [rollout id, file, line, its counts, its seams] per ordinal
     ordinal = 0
     rowless: list[tuple] = []  # accepted rollouts that left no rows
-    for record in iter_records(task, data, config.reader_options):
-        line, file = record.line, record.file
-        if record.kind == SKIPPED:
-            skipped[record.reason] += 1
-            continue
-        stats["read"] += 1
-        if record.kind != ACCEPTED:
-            reject(line, record.reason, record.raw, file)
-            continue
-        rollout = record.rollout
-        assert rollout is not None  # an accepted record carries its rollout
-        if rewards is not None:
-            from pipeline.readers.rewards import apply_rewards
-
-            rollout, matched = apply_rewards(rollout, rewards)
-            stats["rewards_matched" if matched else "rewards_unmatched"] += 1
-        if task_stage is not None:
-            rollout, reason, extra_entries = task_stage.prepare(rollout)
-            for entry in extra_entries:
-                quarantine.add({"file": task.path, "line": line, **entry})
-            if rollout is None:
-                reject(line, reason, None, file)
+    # Every input block the task reads is hashed as it is read (``read_hash``).
+    with recording() as reads:
+        for record in iter_records(task, data, config.reader_options):
+            line, file = record.line, record.file
+            if record.kind == SKIPPED:
+                skipped[record.reason] += 1
                 continue
-        damaged = fidelity.damage(rollout)
-        if damaged and not config.options.keep_damaged:
-            reject(
-                line,
-                f"rollout {rollout.rollout_id}: damaged log ({damaged}); "
-                "--keep-damaged keeps it, flagged",
-                None,
-                file,
-            )
-            continue
-        try:
-            _check_numbers(rollout, len(segmenter.renderer.tokenizer))
-            segments, dropped = masked_segments(rollout, segmenter, config.options)
-            segments, excluded = exclude_by_fidelity(
-                rollout, segments, config.options.exclude_fidelity
-            )
+            stats["read"] += 1
+            if record.kind != ACCEPTED:
+                reject(line, record.reason, record.raw, file)
+                continue
+            rollout = record.rollout
+            assert rollout is not None  # an accepted record carries its rollout
+            if rewards is not None:
+                from pipeline.readers.rewards import apply_rewards
+
+                rollout, matched = apply_rewards(rollout, rewards)
+                stats["rewards_matched" if matched else "rewards_unmatched"] += 1
             if task_stage is not None:
-                segments = [m for m in segments if task_stage.keep_segment(len(m.segment.tokens))]
-            # The stage's columns first: a rollout rejected there must leave no rows behind.
-            extra = task_stage.accept(rollout, segments) if task_stage is not None else None
-            batch.add_rollout(rollout, ordinal, segments)
-            if extra is not None:
-                batch.add_extra(extra)
-        except (RejectedRollout, TemplateError) as exc:
-            reject(line, f"rollout {rollout.rollout_id}: {exc}", None, file)
-            continue
-        except RecursionError:  # content nested too deep for a recursive walk
-            reject(line, f"rollout {rollout.rollout_id}: nested too deeply to process", None, file)
-            continue
-        ordinal += 1
-        own: Counter = Counter(accepted=1, dropped_truncated_segments=dropped, **excluded)
-        own["segments"] += len(segments)
-        if not segments:
-            own["rollouts_without_segments"] += 1
-            # Still a sample of the policy on its task: it stays in its GRPO group, so
-            # dropping its segments (--drop-truncated) leaves the others' advantages alone.
-            rowless.append(
-                (
-                    rollout.rollout_id,
-                    rollout.parent_rollout_id,
-                    rollout.task_id,
-                    _outcome(rollout),
-                    ordinal - 1,
+                rollout, reason, extra_entries = task_stage.prepare(rollout)
+                for entry in extra_entries:
+                    quarantine.add({"file": task.path, "line": line, **entry})
+                if rollout is None:
+                    reject(line, reason, None, file)
+                    continue
+            damaged = fidelity.damage(rollout)
+            if damaged and not config.options.keep_damaged:
+                reject(
+                    line,
+                    f"rollout {rollout.rollout_id}: damaged log ({damaged}); "
+                    "--keep-damaged keeps it, flagged",
+                    None,
+                    file,
                 )
+                continue
+            try:
+                _check_numbers(rollout, len(segmenter.renderer.tokenizer))
+                segments, dropped = masked_segments(rollout, segmenter, config.options)
+                segments, excluded = exclude_by_fidelity(
+                    rollout, segments, config.options.exclude_fidelity
+                )
+                if task_stage is not None:
+                    segments = [
+                        m for m in segments if task_stage.keep_segment(len(m.segment.tokens))
+                    ]
+                # The stage's columns first: a rollout rejected there must leave no rows behind.
+                extra = task_stage.accept(rollout, segments) if task_stage is not None else None
+                batch.add_rollout(rollout, ordinal, segments)
+                if extra is not None:
+                    batch.add_extra(extra)
+            except (RejectedRollout, TemplateError) as exc:
+                reject(line, f"rollout {rollout.rollout_id}: {exc}", None, file)
+                continue
+            except RecursionError:  # content nested too deep for a recursive walk
+                reject(
+                    line, f"rollout {rollout.rollout_id}: nested too deeply to process", None, file
+                )
+                continue
+            ordinal += 1
+            own: Counter = Counter(accepted=1, dropped_truncated_segments=dropped, **excluded)
+            own["segments"] += len(segments)
+            if not segments:
+                own["rollouts_without_segments"] += 1
+                # Still a sample of the policy on its task: it stays in its GRPO group, so
+                # dropping its segments (--drop-truncated) leaves the others' advantages alone.
+                rowless.append(
+                    (
+                        rollout.rollout_id,
+                        rollout.parent_rollout_id,
+                        rollout.task_id,
+                        _outcome(rollout),
+                        ordinal - 1,
+                    )
+                )
+            own_seams = Counter(m.segment.seam_kind for m in segments)
+            for m in segments:
+                own["tokens"] += len(m.segment.tokens)
+                own["trainable_tokens"] += m.num_trainable_tokens
+                own["drift_realigned"] += m.segment.drift_realigned
+                own["calls"] += len(m.segment.spans)
+            for reasons in batch.last_fidelity:
+                for reason in reasons:
+                    own[f"{fidelity.COUNT_PREFIX}{reason}"] += 1
+            for seen in batch.last_witnesses:  # the second witness (pipeline/witness.py)
+                if seen.witnessed:  # counted only where some log reports usage
+                    own[witness.WITNESSED_CALLS] += seen.witnessed
+                    own[witness.GAP_TOKENS] += seen.gap_tokens or 0
+            stats.update(own)
+            seams.update(own_seams)
+            # Every accepted rollout, by ordinal: the build finds duplicate ids across tasks
+            # and takes a later copy back out (rows, counts, group vote) when it finalizes.
+            accepted.append(
+                [rollout.rollout_id, file or task.path, line, dict(own), dict(own_seams)]
             )
-        own_seams = Counter(m.segment.seam_kind for m in segments)
-        for m in segments:
-            own["tokens"] += len(m.segment.tokens)
-            own["trainable_tokens"] += m.num_trainable_tokens
-            own["drift_realigned"] += m.segment.drift_realigned
-            own["calls"] += len(m.segment.spans)
-        for reasons in batch.last_fidelity:
-            for reason in reasons:
-                own[f"{fidelity.COUNT_PREFIX}{reason}"] += 1
-        for seen in batch.last_witnesses:  # the second witness (pipeline/witness.py)
-            if seen.witnessed:  # counted only where some log reports usage
-                own[witness.WITNESSED_CALLS] += seen.witnessed
-                own[witness.GAP_TOKENS] += seen.gap_tokens or 0
-        stats.update(own)
-        seams.update(own_seams)
-        # Every accepted rollout, by ordinal: the build finds duplicate ids across tasks
-        # and takes a later copy back out (rows, counts, group vote) when it finalizes.
-        accepted.append([rollout.rollout_id, file or task.path, line, dict(own), dict(own_seams)])
     if task_stage is not None:
         stats.update(task_stage.close())
     part_path.parent.mkdir(parents=True, exist_ok=True)
@@ -381,6 +393,7 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
         rollouts=accepted,
         # The session's other files, read with this one (counted under it).
         session_files=list(task.paths) if task.paths else None,
+        reads={f: {str(i): d for i, d in sorted(b.items())} for f, b in reads.items()},
     )
     write_text(marker, result.to_json())
     return result

@@ -6,6 +6,7 @@ of bytes the build did not read."""
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pyarrow.parquet as pq
@@ -96,6 +97,93 @@ def test_an_input_that_changes_during_the_build_fails_it(tmp_path, how):
         _build([src], tmp_path / "out", stage=_ChangesInput(src, change))
     assert not (tmp_path / "out" / "manifest.json").exists()
     assert not list((tmp_path / "out").glob("*.parquet"))
+
+
+def _rewrite_in_place(path, data: bytes) -> None:
+    """Overwrite ``path`` with ``data`` (its size): same inode, same size, and the
+    modification time put back, as ``touch -r`` would."""
+    st = path.stat()
+    assert len(data) == st.st_size
+    with open(path, "r+b") as fh:
+        fh.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+class _EditsInPlace(_ChangesInput):
+    """Edits the input in place (a reward flipped) as task 0 starts; with ``revert``, puts
+    the original bytes back as task 1 starts (after task 0 read the edited ones), so
+    nothing on disk shows it at the end."""
+
+    def __init__(self, path, revert: bool):
+        super().__init__(path, None)
+        self.revert = revert
+        self.original = path.read_bytes()
+
+    def open_task(self, out, index):
+        if index == 0:
+            edited = self.original.replace(b'"reward": 1.0', b'"reward": 0.0', 1)
+            assert edited != self.original
+            _rewrite_in_place(self.path, edited)
+        elif index == 1 and self.revert:
+            _rewrite_in_place(self.path, self.original)
+
+
+@pytest.mark.parametrize("verify", ["none", "sample", "all"])
+@pytest.mark.parametrize("revert", [False, True], ids=["edited", "edited-then-reverted"])
+def test_an_input_edited_in_place_with_its_mtime_restored_fails_before_publishing(
+    tmp_path, verify, revert
+):
+    """Same inode, size and mtime: only the bytes say it. What the tasks read is hashed as
+    they read it and compared with the first hash before anything is published, in every
+    --verify mode (it was: --verify none published shards the manifest's sha256 does not
+    describe; --verify sample published, then failed)."""
+    from pipeline.commands.build_rl import run_configured_build
+    from pipeline.errors import UsageError
+
+    records = _records([1.0, 0.0, 0.0, 0.0])
+    src = tmp_path / "a.jsonl"
+    src.write_bytes(b"\n".join(records) + b"\n")
+    out = tmp_path / "out"
+    stage = _EditsInPlace(src, revert)
+    config = BuildConfig(
+        inputs=[str(src)],
+        out=str(out),
+        progress=False,
+        workers=1,
+        chunk_bytes=len(records[0]) + 2,  # two tasks at least: task 1 may revert the edit
+        stage=stage,
+    )
+    before = src.read_bytes(), src.stat().st_mtime_ns
+    with pytest.raises(
+        UsageError, match="changed while the build read it .* nothing was published"
+    ):
+        run_configured_build(config, "seam build-rl", verify)
+    if revert:  # nothing on disk shows the edit: only what the tasks read does
+        assert (src.read_bytes(), src.stat().st_mtime_ns) == before
+    assert not (out / "manifest.json").exists()
+    assert not list(out.glob("*.parquet")) and not (out / "quarantine.jsonl").exists()
+
+
+def test_an_input_read_outside_read_hash_is_hashed_again(tmp_path):
+    """A canonical Parquet input is read by Arrow, not block by block through
+    ``read_hash``: edited in place (mtime put back) as the build reads it, it fails the
+    build too, by its sha256 taken again before publishing."""
+    from pipeline.canonical_io import write_canonical_parquet
+    from schemas.rollout import Rollout
+
+    src = tmp_path / "a.parquet"
+    rollouts = [Rollout.model_validate_json(r) for r in _records([1.0, 0.0])]
+    write_canonical_parquet(rollouts, src)
+    data = src.read_bytes()
+    flipped = data[:-20] + bytes([data[-20] ^ 1]) + data[-19:]  # inside the footer
+
+    class _FlipsAByte(_ChangesInput):
+        def open_task(self, out, index):
+            _rewrite_in_place(self.path, flipped)
+
+    with pytest.raises(BuildError, match=r"changed while the build read it \(its sha256"):
+        _build([src], tmp_path / "out", stage=_FlipsAByte(src, None))
+    assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 def test_a_duplicate_rollouts_preference_pairs_go_with_its_rows(tmp_path):
