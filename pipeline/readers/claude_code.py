@@ -39,6 +39,7 @@ from pipeline.readers.common import (
     located,
     merged_records,
     reason_of,
+    top_level_fields,
 )
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -100,14 +101,25 @@ class ClaudeCodeReader(Reader):
         thread_of: dict[str, str] = {}
         seen: set[tuple[str, str]] = set()
         known = {str(rec["uuid"]) for _, rec, _, _ in records if rec and rec.get("uuid")}
+        known |= {u for _, _, error, raw in records if error and (u := _unreadable(raw)[1])}
         tool_uses = _tool_use_ids(records)
         lost: list[tuple[str, str]] = []  # damage that no thread can be told from (bad lines)
+        unsent = False  # the record before was a lost one of a type never sent
         for line, rec, error, raw in records:
             if error:
-                if raw != REPEAT:
-                    lost.append(("lost_records", f"@{line}: {error}"))
-                yield (Skipped(line, error) if raw == REPEAT else Rejected(line, error, raw))
+                kind = _unreadable(raw)[0] if raw != REPEAT else None
+                if raw == REPEAT or (kind and kind not in MESSAGE_TYPES):
+                    unsent = raw != REPEAT
+                    yield Skipped(line, error if raw == REPEAT else _never_sent(kind, error))
+                    continue
+                lost.append(("lost_records", f"@{line}: {error}"))
+                yield Rejected(line, error, raw)
                 continue
+            if unsent and rec.get("parentUuid"):
+                # Its parent is most likely the record lost right before it (whose uuid,
+                # written last, a cut record rarely shows): not a missing message.
+                known.add(str(rec["parentUuid"]))
+            unsent = False
             self._check_parent(rec, line, known, tool_uses, threads, thread_of)
             try:
                 skip = self._sort(rec, line, raw, threads, thread_of, seen)
@@ -257,6 +269,19 @@ def _collect_attachment(thread: Thread, rec: dict, line: int) -> str | None:
     thread.entries.append(Entry("attachment", line, {"rec": rec, "rendered": rendered}))
     thread.lines.add(line)
     return None
+
+
+def _unreadable(raw: str) -> tuple[str | None, str | None]:
+    """The ``type`` and ``uuid`` of a record that does not parse, when its text still
+    shows them (a cut or run-together line)."""
+    fields = top_level_fields(raw) if raw.lstrip().startswith("{") else {}
+    return fields.get("type"), fields.get("uuid")
+
+
+def _never_sent(kind: str | None, error: str) -> str:
+    """Why losing a record of a type Claude Code never sends to the model (``progress``,
+    ``file-history-snapshot`` ...) is not damage: no context the model saw is missing."""
+    return f"unreadable '{kind}' record, a type never sent to the model: nothing the model saw is lost ({error})"
 
 
 def _tool_use_ids(records: list) -> set[str]:

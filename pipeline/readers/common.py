@@ -61,7 +61,15 @@ def _records(path: Path) -> Iterator[tuple[int, dict, str | None, str]]:
         try:
             obj = orjson.loads(raw.data)
         except orjson.JSONDecodeError as exc:
-            yield raw.line, {}, f"invalid JSON: {exc}", text
+            parts = run_together(text)
+            if parts is None:
+                yield raw.line, {}, f"invalid JSON: {exc}", text
+                continue
+            for part, part_text in parts:  # each record of a line holding several
+                if part is None:
+                    yield raw.line, {}, RUN_TOGETHER_LOST, part_text
+                else:
+                    yield raw.line, part, _depth_error(part, part_text), part_text
             continue
         if not isinstance(obj, dict):
             yield raw.line, {}, f"expected a JSON object, got {type(obj).__name__}", text
@@ -72,6 +80,126 @@ def _records(path: Path) -> Iterator[tuple[int, dict, str | None, str]]:
             yield raw.line, {}, str(exc), text
             continue
         yield raw.line, obj, None, text
+
+
+def _depth_error(obj: dict, text: str) -> str | None:
+    try:
+        limits.check_depth(obj, text.encode())
+    except limits.DepthError as exc:
+        return str(exc)
+    return None
+
+
+RUN_TOGETHER_LOST = "invalid JSON: an unreadable part of a line that holds several records"
+_OBJECT_START = re.compile(r'\{\s*"')
+# Object starts tried per unreadable line: bounds the work on a long bad line.
+RUN_TOGETHER_TRIES = 256
+
+
+def run_together(text: str) -> list[tuple[dict | None, str]] | None:
+    """A line holding several records run together (two writers raced on the file, or a
+    cut write followed by the next record; seen in real Claude Code snapshots): each whole
+    record as ``(object, its text)``, each unreadable stretch between them as ``(None,
+    its text)``. A record is a JSON object starting at an object start (``{"``) that ends
+    at the end of the line or right before the next ``{`` and does not stand where the
+    cut record before it expects a value (a complete object nested in a cut record is a
+    value, not a record). None when the line holds fewer than two parts, or no whole
+    record (plain bad JSON stays one error)."""
+    decoder, line = json.JSONDecoder(), text.strip()
+    parts: list[tuple[dict | None, str]] = []
+    pos, found = 0, 0
+    for tried, start in enumerate(m.start() for m in _OBJECT_START.finditer(line)):
+        if tried >= RUN_TOGETHER_TRIES:
+            break
+        if start < pos:
+            continue
+        try:
+            obj, end = decoder.raw_decode(line, start)
+        except ValueError:
+            continue
+        if not isinstance(obj, dict) or (end < len(line) and line[end:].lstrip()[:1] != "{"):
+            continue
+        if _expects_value(line[pos:start]):
+            continue  # a value nested in a cut record, not a record
+        if line[pos:start].strip():
+            parts.append((None, line[pos:start]))
+        parts.append((obj, line[start:end]))
+        pos, found = end, found + 1
+    if line[pos:].strip():
+        parts.append((None, line[pos:]))
+    if found == 0 or len(parts) < 2:
+        return None
+    return parts
+
+
+def _expects_value(fragment: str) -> bool:
+    """Whether a cut record's text ends where JSON expects a value (after ``:``, ``[``, or
+    ``,`` inside an array): an object there is nested in it. A record cut inside a string
+    or after an object member's comma cannot hold an object next."""
+    stack: list[str] = []
+    last, i = "", 0
+    while i < len(fragment):
+        c = fragment[i]
+        if c == '"':
+            end = _string_end(fragment, i)
+            if end is None:
+                return False  # cut inside a string
+            last, i = '"', end + 1
+            continue
+        if c in "{[":
+            stack.append(c)
+        elif c in "}]" and stack:
+            stack.pop()
+        if not c.isspace():
+            last = c
+        i += 1
+    return last in (":", "[") or (last == "," and stack[-1:] == ["["])
+
+
+def top_level_fields(text: str, names: tuple[str, ...] = ("type", "uuid")) -> dict[str, str]:
+    """String fields of the outermost object of a record that does not parse (cut or
+    garbled), found by a scan that skips strings and nested values: enough to tell what
+    kind of record was lost (nested objects carry ``type`` fields too)."""
+    found: dict[str, str] = {}
+    depth, i, key = 0, 0, None
+    while i < len(text) and len(found) < len(names):
+        c = text[i]
+        if c == '"':
+            end = _string_end(text, i)
+            if end is None:
+                break
+            value = text[i + 1 : end]
+            if depth == 1 and key is None and text[end + 1 :].lstrip()[:1] == ":":
+                key = value
+            elif depth == 1 and key is not None:
+                if key in names and "\\" not in value:
+                    found[key] = value
+                key = None
+            i = end + 1
+            continue
+        if c in "{[":
+            depth += 1
+            if depth > 1:
+                key = None  # the value is nested: not a string field
+        elif c in "}]":
+            depth -= 1
+        elif c == "," and depth == 1:
+            key = None
+        i += 1
+    return found
+
+
+def _string_end(text: str, start: int) -> int | None:
+    """The index of the quote closing the JSON string that opens at ``start``."""
+    i = start + 1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == '"':
+            return i
+        i += 1
+    return None
 
 
 def first_json_object(head: bytes) -> dict | None:
@@ -232,11 +360,14 @@ def merged_records(
             (not stamps, max(stamps, default=""), min(stamps, default=""), order, path, recs)
         )
     loaded.sort(key=lambda item: item[:4])
-    records, where, seen = [], [], set()
+    records: list[tuple[int, dict | None, str | None, str]] = []
+    where: list[tuple[str, int | None]] = []
+    seen: set[str] = set()
     for *_, path, recs in loaded:
         occurrences: dict[str, int] = {}
-        for line, rec, error, raw in _unglued(recs):
-            key = identity(rec, raw) if rec else None
+        for line, found, error, raw in recs:
+            rec: dict | None = found
+            key = identity(found, raw) if found else None
             if key is not None and per_file_repeats:
                 n = occurrences[key] = occurrences.get(key, 0) + 1
                 key = f"{n}\x00{key}"
@@ -247,32 +378,6 @@ def merged_records(
             where.append((str(path), line))
             records.append((len(where) - 1, rec, error, raw))
     return records, where
-
-
-def _unglued(recs: list) -> Iterator[tuple]:
-    """Records, with a line that holds several whole JSON objects back to back (two
-    writers raced on the file; seen in real Claude Code snapshots) read as those
-    records: nothing in it is lost, so it is not damage. Anything else stays an error."""
-    for line, rec, error, raw in recs:
-        parts = _documents(raw) if error and raw else None
-        if parts is None:
-            yield line, rec, error, raw
-        else:
-            yield from ((line, part, None, text) for part, text in parts)
-
-
-def _documents(raw: str) -> list[tuple[dict, str]] | None:
-    decoder, text, at, parts = json.JSONDecoder(), raw.strip(), 0, []
-    while at < len(text):
-        try:
-            obj, end = decoder.raw_decode(text, at)
-        except ValueError:
-            return None
-        if not isinstance(obj, dict):
-            return None
-        parts.append((obj, text[at:end]))
-        at = end
-    return parts if len(parts) > 1 else None
 
 
 def located(item, where: list[tuple[str, int | None]], name_file: bool):

@@ -256,3 +256,61 @@ def test_the_session_of_a_file_is_found_past_a_long_first_record(tmp_path):
     path = _write(tmp_path / "full.jsonl", [snapshot + "\n", *_lines("compact_auto.jsonl")])
     assert b"sessionId" not in read_head(path)
     assert READER.session_key(path, read_head(path)) == SESSION
+
+
+# The hooks capture with a cut progress record and two records run together (the
+# raw fixtures are all whole JSON lines; this one is not, by design).
+RUN_TOGETHER = fixture("..", "claude_code_cli", "run_together", "session.jsonl")
+
+
+def test_run_together_records_are_split_and_a_lost_progress_record_is_not_damage():
+    """Line 2: a ``progress`` record cut mid-write, then the user's prompt; line 6: the
+    tool call and its result back to back. Every whole record is read (the rollout is
+    the one of the intact file), and the cut record, a type Claude Code never sends to
+    the model, is skipped with that reason: no ``lost_records``."""
+    intact = fixture("..", "claude_code_cli", "hooks", "session.jsonl")
+    (rollout,), rejected, skipped = read("claude-code", RUN_TOGETHER)
+    (whole,), _, _ = read("claude-code", intact)
+    assert not rejected
+    assert [e.model_dump() for e in rollout.events] == [e.model_dump() for e in whole.events]
+    assert "lost_records" not in {f["reason"] for f in rollout.meta["fidelity"]}
+    (cut,) = [s for s in skipped if "progress" in s.reason]
+    assert cut.line == 2 and "never sent to the model" in cut.reason
+
+
+def test_a_cut_record_that_may_have_reached_the_model_flags_lost_records(tmp_path):
+    """The same line with the cut record's type not readable (cut before it): the whole
+    prompt record after it is still read, and the session says ``lost_records``."""
+    lines = RUN_TOGETHER.read_text().splitlines(True)
+    cut, rest = lines[1].split('"type":"progress"', 1)
+    lines[1] = cut + rest[rest.index('{"parentUuid"') :]
+    path = _write(tmp_path / "s.jsonl", lines)
+    rollouts, rejected, _ = read("claude-code", path)
+    assert [r.line for r in rejected] == [2]
+    (rollout,) = rollouts
+    assert "lost_records" in {f["reason"] for f in rollout.meta["fidelity"]}
+    assert any(e.type == "message" and e.content == "run echo" for e in rollout.events)
+
+
+def test_a_record_whose_parent_is_a_lost_progress_record_further_up_is_not_damage(tmp_path):
+    """A progress record cut only at its last brace (its ``uuid``, written last, is
+    readable) on a line of its own, an attachment, then the prompt naming it as parent:
+    no ``lost_records``; the same with the uuid unreadable is damage."""
+    lines = RUN_TOGETHER.read_text().splitlines(True)
+    at = lines[1].index('{"parentUuid"', 1)
+    prompt = json.loads(lines[1][at:])
+    progress = {
+        "parentUuid": "7f99bfaa-0000-4000-8000-000000000000",
+        "type": "progress",
+        "data": {"type": "hook_progress", "hookEvent": "UserPromptSubmit"},
+        "uuid": prompt["parentUuid"],
+    }
+    cut = json.dumps(progress)[:-1]
+    path = _write(tmp_path / "s.jsonl", [lines[0], cut + "\n", lines[2], lines[1][at:], *lines[3:]])
+    (rollout,), rejected, _ = read("claude-code", path)
+    assert not rejected
+    assert "lost_records" not in {f["reason"] for f in rollout.meta["fidelity"]}
+    unreadable = cut[: cut.index('"uuid"')] + '"uu\n'
+    path = _write(tmp_path / "t.jsonl", [lines[0], unreadable, lines[2], lines[1][at:], *lines[3:]])
+    (rollout,), _, _ = read("claude-code", path)
+    assert "lost_records" in {f["reason"] for f in rollout.meta["fidelity"]}
