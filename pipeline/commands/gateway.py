@@ -57,6 +57,21 @@ def register(sub) -> None:
         "'logprobs'). auto: ask, and stop asking if the engine rejects them; off: text only.",
     )
     p.add_argument(
+        "--upstream-connections",
+        type=int,
+        default=0,
+        metavar="N",
+        help="At most N connections to the engine at once (default 0: no cap, so hundreds of "
+        "concurrent sessions are not queued behind each other).",
+    )
+    p.add_argument(
+        "--max-response-mb",
+        type=float,
+        default=64.0,
+        metavar="MB",
+        help="An engine answer larger than this is refused (502) and not recorded (default 64).",
+    )
+    p.add_argument(
         "--upstream-timeout",
         type=float,
         default=600.0,
@@ -116,10 +131,14 @@ def run(args) -> int:
         if not args.judge.startswith(("http://", "https://")):
             raise UsageError(f"--judge {args.judge!r}: give 'rules' or an http(s) URL")
         judge_factory = lambda client: HttpJudge(args.judge, client, args.judge_timeout)  # noqa: E731
+    if args.upstream_connections < 0 or args.max_response_mb <= 0:
+        raise UsageError("--upstream-connections must be 0 or more and --max-response-mb positive")
     config = GatewayConfig(
         upstream=args.upstream,
         token_ids=args.token_ids,
         upstream_timeout_s=args.upstream_timeout,
+        upstream_connections=args.upstream_connections,
+        max_response_bytes=int(args.max_response_mb * (1 << 20)),
         summary_prompts=tuple(args.summary_prompt or DEFAULT_SUMMARY_PROMPTS),
         api_key=api_key,
         listen_host=args.host,

@@ -6,6 +6,7 @@ finite reward."""
 from __future__ import annotations
 
 import json
+import time
 
 import orjson
 import pytest
@@ -210,3 +211,132 @@ def test_names_given_with_allow_host_and_wildcard_listening(model_server, start_
         anywhere.base("t", "r") + "/reward", json={"reward": 1}, headers={"Host": "10.0.0.7:8788"}
     )
     assert ok.status_code == 200
+
+
+class _SlowEngine:
+    """Answers after ``delay`` seconds and counts the calls in flight at once."""
+
+    def __init__(self, delay: float, size: int = 0):
+        import asyncio
+
+        from aiohttp import web
+
+        from tests.gateway.serving import ThreadedApp
+
+        self.in_flight = self.most = 0
+
+        async def handle(request):
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            await asyncio.sleep(delay)
+            self.in_flight -= 1
+            message = {"role": "assistant", "content": "x" * size or "ok"}
+            return web.json_response({"choices": [{"index": 0, "message": message}]})
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handle)
+        self.served = ThreadedApp(app)
+        self.url = self.served.url + "/v1"
+
+
+def _concurrent_calls(gw, n: int) -> list[int]:
+    import asyncio
+
+    import aiohttp
+
+    async def main():
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as client:
+
+            async def one(i):
+                body = {"model": "m", "messages": [{"role": "user", "content": f"hi {i}"}]}
+                url = gw.base("t", f"s{i}") + "/v1/chat/completions"
+                async with client.post(url, json=body) as resp:
+                    await resp.read()
+                    return resp.status
+
+            return await asyncio.gather(*(one(i) for i in range(n)))
+
+    return asyncio.run(main())
+
+
+def test_no_cap_on_connections_to_the_engine(start_gateway):
+    """aiohttp's default connector holds 100 connections: the 101st session waited."""
+    engine = _SlowEngine(delay=1.0)
+    try:
+        gw = start_gateway(engine.url, token_ids="off")
+        assert _concurrent_calls(gw, 130) == [200] * 130
+        assert engine.most > 100
+    finally:
+        engine.served.stop()
+
+
+def test_an_answer_over_the_size_cap_is_a_502_with_nothing_written(start_gateway):
+    engine = _SlowEngine(delay=0, size=300_000)
+    try:
+        gw = start_gateway(engine.url, token_ids="off", max_response_bytes=100_000)
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        answer = requests.post(gw.base("t", "big") + "/v1/chat/completions", json=body)
+        assert answer.status_code == 502 and "over 100,000" in answer.json()["error"]["message"]
+        assert not (gw.out / "calls" / "big.jsonl").exists()
+    finally:
+        engine.served.stop()
+
+
+class _ClosingEngine:
+    """A raw HTTP/1.1 engine that closes every connection shortly after one answer
+    without a ``Connection: close`` header (as some engines behind proxies do): the
+    gateway has sent the next call on it by then."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        body = json.dumps(
+            {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
+        )
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, rest = data.split(b"\r\n\r\n", 1)
+                length = int(
+                    next(
+                        line.split(b":")[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    )
+                )
+                while len(rest) < length:
+                    rest += conn.recv(65536)
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+                )
+                time.sleep(0.05)  # the client reuses the connection meanwhile
+
+
+def test_an_engine_that_drops_kept_alive_connections_gives_no_502(start_gateway):
+    engine = _ClosingEngine()
+    try:
+        gw = start_gateway(engine.url, token_ids="off")
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        statuses = [
+            requests.post(gw.base("t", "k") + "/v1/chat/completions", json=body).status_code
+            for _ in range(20)
+        ]
+        assert statuses == [200] * 20
+    finally:
+        engine.sock.close()
