@@ -40,6 +40,7 @@ REASONS: dict[str, str] = {
     "missing_system_prompt": "the log does not record the system prompt the model received",
     "missing_tool_schemas": "the log does not record the tool schemas the model received",
     "synthesized_summary_call": "the summary call was not logged; seam synthesized it",
+    "unlogged_post_compaction_context": "after a compaction Claude Code re-attached files, the plan, skills and hook output, and this log version records none of them",
     "redacted_reasoning": "a call reasoned, but the log holds no text of it (a signature or an encrypted blob): its trained output is the visible text and tool calls only",
     "unrendered_attachment": "the context held a Claude Code attachment seam cannot reproduce (its type in the detail)",
     "unverified_attachment": "a Claude Code attachment from a version whose rendering seam has not observed (rendered as 2.1.197 renders it)",

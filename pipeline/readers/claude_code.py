@@ -29,7 +29,10 @@ from pipeline.canonical_io import open_text_stream
 from pipeline.readers import Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.claude_code_attachments import Rendered, Unrendered, render
 from pipeline.readers.claude_code_captures import join_captures
-from pipeline.readers.claude_code_compact import join_compaction_calls
+from pipeline.readers.claude_code_compact import (
+    flag_unlogged_reattachments,
+    join_compaction_calls,
+)
 from pipeline.readers.claude_code_replay import Entry, Thread, thread_rollout
 from pipeline.readers.common import (
     BAD_CONTENT,
@@ -130,6 +133,9 @@ class ClaudeCodeReader(Reader):
             if skip:
                 yield Skipped(line, skip)
         join_compaction_calls(threads)
+        flag_unlogged_reattachments(
+            threads, any(rec and rec.get("type") == "attachment" for _, rec, _, _ in records)
+        )
         ids = UniqueNames()
         for thread in threads.values():
             thread.fidelity.extend(

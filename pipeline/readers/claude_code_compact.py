@@ -133,3 +133,34 @@ def _insert(main: Thread, inserts: dict[int, list[Entry]]) -> None:
     moved[len(main.entries)] = len(entries)
     main.notes = {moved[i]: notes for i, notes in main.notes.items()}
     main.entries = entries
+
+
+# Claude Code after a compaction (read from the 2.1.197 bundle: the compaction's
+# attachments and hook results): it re-reads the files read most recently (at most 5,
+# 5,000 tokens each, 50,000 in all), and attaches the plan file, plan mode, the skills
+# invoked, running sub-agents' status and the tool/agent/MCP listings, plus what the
+# ``SessionStart`` hooks with matcher ``compact`` print. Versions that write
+# ``attachment`` records log these (``claude_code_attachments`` renders them); older
+# ones (2.1.39 and before) log none, so the first call after the compaction saw more
+# than its log holds.
+UNLOGGED_REATTACHMENTS = "unlogged_post_compaction_context"
+
+
+def flag_unlogged_reattachments(threads: dict[str, Thread], writes_attachments: bool) -> None:
+    """Each compaction of a session whose files hold no ``attachment`` record (its
+    version does not write them) flags the segments from that compaction on."""
+    if writes_attachments:
+        return
+    for thread in threads.values():
+        for entry in thread.entries:
+            if entry.kind == "compact" and entry.data.get("uuid"):
+                thread.fidelity.append(
+                    {
+                        "reason": UNLOGGED_REATTACHMENTS,
+                        "event_id": str(entry.data["uuid"]),
+                        "detail": "Claude Code "
+                        f"{thread.meta.get('version') or '(version unknown)'} re-attaches "
+                        "recently read files, the plan, invoked skills and SessionStart "
+                        "hook output after a compaction; this log records no attachments",
+                    }
+                )

@@ -108,9 +108,11 @@ def test_build_sft_synthesizes_no_call_where_the_real_one_is_joined(tmp_path):
     assert {r["rollout_id"] for r in rows} == {SESSION}
     kinds = [s["kind"] for r in rows for s in r["call_spans"]]
     assert kinds.count("summary") == 1
-    assert all(
-        r["context_fidelity"] == ["missing_system_prompt", "missing_tool_schemas"] for r in rows
-    )
+    not_logged = ["missing_system_prompt", "missing_tool_schemas"]
+    assert [r["context_fidelity"] for r in rows] == [
+        not_logged,  # the summary call's segment: no flag of its own
+        sorted([*not_logged, "unlogged_post_compaction_context"]),  # 2.1.39: after it
+    ]
 
 
 def _copy(tmp_path: Path, main_lines: list[str] | None = None, side_lines: list[str] | None = None):
@@ -219,3 +221,39 @@ def test_the_real_compaction_call_is_rebuilt_from_the_whole_main_history(rendere
     rebuilt_growth = summary[0].start - before.start
     assert 1.0 <= (reported[1] - reported[0]) / rebuilt_growth <= 1.3
     assert summary[0].start > 120_000
+
+
+def _attachment_record() -> str:
+    """A ``task_reminder`` attachment record of the fixture session (the kind newer
+    versions write): its presence says the version logs what it attaches."""
+    rec = {
+        "parentUuid": "m-s1",
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": "/repo",
+        "sessionId": SESSION,
+        "version": "2.1.207",
+        "gitBranch": "main",
+        "type": "attachment",
+        "attachment": {"type": "task_reminder", "content": [], "itemCount": 0},
+        "uuid": "m-at1",
+        "timestamp": "2026-02-20T14:01:11.500Z",
+    }
+    return json.dumps(rec, separators=(",", ":")) + "\n"
+
+
+def test_a_compaction_in_a_log_without_attachments_flags_the_segments_after_it(tmp_path):
+    """Claude Code re-attaches read files, the plan, skills and SessionStart hook output
+    after a compaction; a version that writes no attachment record logs none of it, so
+    the segments from the compaction on say so. A log that has attachment records holds
+    them (rendered by claude_code_attachments): no flag."""
+    (rollout,) = _read(MAIN, SIDE)
+    flags = [
+        e for e in rollout.meta["fidelity"] if e["reason"] == "unlogged_post_compaction_context"
+    ]
+    assert [e["event_id"] for e in flags] == ["m-cb"]
+    assert flags[0]["detail"].startswith("Claude Code 2.1.39 re-attaches")
+    lines = MAIN.read_text().splitlines(keepends=True)
+    main, side = _copy(tmp_path, [*lines[:8], _attachment_record(), *lines[8:]])
+    (rollout,) = _read(main, side)
+    assert "unlogged_post_compaction_context" not in [e["reason"] for e in rollout.meta["fidelity"]]

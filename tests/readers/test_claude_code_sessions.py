@@ -49,7 +49,12 @@ def _items(paths):
 
 def test_every_claude_code_rollout_says_what_the_log_does_not_hold():
     (rollout,), _, _ = read("claude-code", fixture("claude_code", "compact_auto.jsonl"))
-    assert _reasons(rollout) == ["missing_system_prompt", "missing_tool_schemas"]
+    assert _reasons(rollout) == [
+        "missing_system_prompt",
+        "missing_tool_schemas",
+        # 2.0.76 writes no attachment records: what it re-attached after the compaction
+        "unlogged_post_compaction_context",
+    ]
 
 
 def test_snapshots_and_slices_of_one_session_read_as_the_whole_file(tmp_path):
@@ -114,7 +119,12 @@ def test_a_lone_slice_is_kept_and_flagged_and_joined_it_is_not(tmp_path):
     head, tail = _write(tmp_path / "a.jsonl", lines[:2]), _write(tmp_path / "b.jsonl", lines[2:])
     (alone,), rejected, _ = read("claude-code", tail)
     assert rejected == []
-    assert _reasons(alone) == ["missing_system_prompt", "missing_tool_schemas", "slice_start"]
+    assert _reasons(alone) == [
+        "missing_system_prompt",
+        "missing_tool_schemas",
+        "slice_start",
+        "unlogged_post_compaction_context",
+    ]
     [entry] = [f for f in alone.meta["fidelity"] if f["reason"] == "slice_start"]
     assert entry == {
         "reason": "slice_start",
@@ -122,7 +132,11 @@ def test_a_lone_slice_is_kept_and_flagged_and_joined_it_is_not(tmp_path):
         "detail": "line 1: parentUuid a1 is in none of the given files",
     }
     (joined,), _, _ = _items([tail, head])
-    assert _reasons(joined.rollout) == ["missing_system_prompt", "missing_tool_schemas"]
+    assert _reasons(joined.rollout) == [
+        "missing_system_prompt",
+        "missing_tool_schemas",
+        "unlogged_post_compaction_context",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -185,9 +199,12 @@ def test_a_damaged_session_is_quarantined_by_default_and_kept_flagged_on_request
     ]
     rows, quarantine = _build(tmp_path / "kept", src, keep_damaged=True)
     assert quarantine == []
+    damaged = ["lost_records", "missing_system_prompt", "missing_tool_schemas"]
+    # the second segment opens after the compaction: what 2.0.76 re-attached is not logged
     assert [r["context_fidelity"] for r in rows] == [
-        ["lost_records", "missing_system_prompt", "missing_tool_schemas"]
-    ] * len(rows)
+        damaged,
+        [*damaged, "unlogged_post_compaction_context"],
+    ]
 
 
 def test_reported_input_tokens_are_the_billed_input_with_cache(tmp_path):
