@@ -13,7 +13,7 @@ sum of rebuilt growth on clean pairs), the factor seam uses, the |excess| percen
 clean pairs at seam's factor, and the share of clean pairs the witness flags (the
 false-flag rate at the chosen threshold), then the flag rate per kind of unclean pair.
 
-    python tools/witness_calibration.py [FILE_OR_DIR ...] [--pairs]
+    python tools/witness_calibration.py [FILE_OR_DIR ...] [--pairs | --per-file]
 
 Default inputs: the ``claude_code`` and ``codex`` folders of ``$SEAM_REALWORLD_DIR`` and
 ``$SEAM_REALWORLD_NEW_DIR``.
@@ -267,14 +267,60 @@ def report(rows: list[PairRow], out=sys.stdout) -> None:
             )
 
 
+def per_file(paths: list[Path], out=sys.stdout) -> None:
+    """Per input file: segments, witnessed calls, the segments the witness flags (and
+    their gap tokens), and every context_fidelity reason with its segment count."""
+    from pipeline.fidelity import segment_fidelity, segment_witnesses
+
+    segmenter = segmenter_with(None, None)
+    table: dict[str, Counter] = defaultdict(Counter)
+    for file, _, rollout in iter_input_records(files_under(paths)):
+        segments = segmenter.segments(rollout)
+        row = table[file]
+        row["rollouts"] += 1
+        row["segments"] += len(segments)
+        row["calls"] += sum(len(s.spans) for s in segments)
+        for reasons, seen in zip(
+            segment_fidelity(rollout, segments), segment_witnesses(rollout, segments)
+        ):
+            row["witnessed"] += seen.witnessed
+            row["gap_tokens"] += seen.gap_tokens or 0
+            for reason in reasons:
+                row[f"reason:{reason}"] += 1
+    print(
+        "file | rollouts | segments | witnessed calls | flagged by the witness (tokens) | reasons",
+        file=out,
+    )
+    for file, row in sorted(table.items()):
+        reasons = ", ".join(
+            f"{k.removeprefix('reason:')} {n}"
+            for k, n in sorted(row.items())
+            if k.startswith("reason:") and k != "reason:" + witness.GAP_REASON
+        )
+        print(
+            f"{Path(file).name} | {row['rollouts']} | {row['segments']} | "
+            f"{row['witnessed']}/{row['calls']} | "
+            f"{row['reason:' + witness.GAP_REASON]} ({row['gap_tokens']:,}) | {reasons}",
+            file=out,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", type=Path)
     parser.add_argument("--pairs", action="store_true", help="Also print every pair.")
+    parser.add_argument(
+        "--per-file",
+        action="store_true",
+        help="Instead: per file, the segments the witness flags and every fidelity reason.",
+    )
     args = parser.parse_args(argv)
     paths = args.paths or default_inputs()
     if not paths:
         parser.error("no inputs: give files or set SEAM_REALWORLD_DIR / SEAM_REALWORLD_NEW_DIR")
+    if args.per_file:
+        per_file(paths)
+        return 0
     rows = measure(paths)
     if args.pairs:
         for r in rows:

@@ -22,7 +22,7 @@ from typing import IO
 
 import pyarrow as pa
 
-from pipeline.export.tokens import response_starts
+from pipeline.export.tokens import FIDELITY_COLUMNS, fidelity_columns, response_starts
 
 METADATA = [
     "task_id",
@@ -36,6 +36,7 @@ METADATA = [
     "num_trainable_tokens",
     "trainable_tokens_after",
     "loss_weight_per_rollout",
+    *FIDELITY_COLUMNS,
 ]
 
 
@@ -50,6 +51,9 @@ class SampleWriter:
 
     def write(self, shard: pa.Table) -> None:
         starts = response_starts(shard)
+        for name, column in zip(FIDELITY_COLUMNS, fidelity_columns(shard)):
+            if name not in shard.column_names:  # a build from before the column existed
+                shard = shard.append_column(name, column)
         columns = [
             "rollout_id",
             "input_ids",

@@ -15,6 +15,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+# Every export carries each row's context fidelity as the shard has it (docs/data.md,
+# "Context fidelity"; the second witness's tokens): a trainer can weight or drop by it.
+FIDELITY_FIELDS = [
+    pa.field("context_fidelity", pa.list_(pa.string())),
+    pa.field("context_gap_tokens", pa.int32()),
+]
+FIDELITY_COLUMNS = [f.name for f in FIDELITY_FIELDS]
+
+
+def fidelity_columns(shard: pa.Table) -> list[pa.Array]:
+    """The shard's ``FIDELITY_COLUMNS``; nulls for a build from before a column existed."""
+    return [
+        shard[f.name].combine_chunks()
+        if f.name in shard.column_names
+        else pa.nulls(shard.num_rows, f.type)
+        for f in FIDELITY_FIELDS
+    ]
+
 
 def response_starts(table: pa.Table) -> np.ndarray:
     """Per row: the index in ``input_ids`` of the first generated token of the segment."""

@@ -26,7 +26,12 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from pipeline.export.tokens import response_starts, split_lists
+from pipeline.export.tokens import (
+    FIDELITY_FIELDS,
+    fidelity_columns,
+    response_starts,
+    split_lists,
+)
 
 MODES = ("sft", "grpo")
 IDS = ["rollout_id", "task_id", "segment_index"]
@@ -39,6 +44,7 @@ SFT_SCHEMA = pa.schema(
         ("rollout_id", pa.string()),
         ("task_id", pa.string()),
         ("segment_index", pa.int32()),
+        *FIDELITY_FIELDS,
     ]
 )
 
@@ -55,6 +61,7 @@ GRPO_SCHEMA = pa.schema(
         ("rollout_id", pa.string()),
         ("task_id", pa.string()),
         ("segment_index", pa.int32()),
+        *FIDELITY_FIELDS,
     ]
 )
 
@@ -62,7 +69,8 @@ GRPO_SCHEMA = pa.schema(
 def sft_table(shard: pa.Table) -> pa.Table:
     mask = shard["loss_mask"]
     return pa.Table.from_arrays(
-        [shard["input_ids"], mask, mask, *(shard[c] for c in IDS)], schema=SFT_SCHEMA
+        [shard["input_ids"], mask, mask, *(shard[c] for c in IDS), *fidelity_columns(shard)],
+        schema=SFT_SCHEMA,
     )
 
 
@@ -84,5 +92,6 @@ def grpo_table(shard: pa.Table) -> pa.Table:
         shard["reward"],
         shard["num_trainable_tokens"],
         *(shard[c] for c in IDS),
+        *fidelity_columns(shard),
     ]
     return pa.Table.from_arrays(columns, schema=GRPO_SCHEMA)

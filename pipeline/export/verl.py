@@ -25,7 +25,7 @@ nothing later in the segment; ``trimmed_tokens`` counts them per row.
 
 ``extra_info`` also carries each segment's ``trainable_tokens_after`` (N_{>s}) and its
 rollout's ``rollout_trainable_tokens``: the per-row numbers of seam's cross-trajectory GAE
-(``verl_gae.py``).
+(``verl_gae.py``), and its ``context_fidelity`` and ``context_gap_tokens``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.export.tokens import response_starts, split_lists
+from pipeline.export.tokens import (
+    FIDELITY_FIELDS,
+    fidelity_columns,
+    response_starts,
+    split_lists,
+)
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -52,6 +57,7 @@ EXTRA_INFO = pa.struct(
         ("group_size", pa.int32()),
         ("trainable_tokens_after", pa.int32()),
         ("rollout_trainable_tokens", pa.int32()),
+        *FIDELITY_FIELDS,
     ]
 )
 AGENT_LOOP_OUTPUT = pa.struct(
@@ -129,6 +135,7 @@ def verl_table(shard: pa.Table, tokenizer, first_index: int) -> pa.Table:
                     "rollout_trainable_tokens",
                 )
             ),
+            *fidelity_columns(shard),
         ],
         fields=list(EXTRA_INFO),
     )
