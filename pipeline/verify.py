@@ -20,7 +20,11 @@ Per row (one segment):
   else the full rendering of the call's replayed context, as text. The segment's
   context is thereby what the canonical rollout records; ``context_fidelity`` (when the
   build has the column) must be what ``pipeline.fidelity`` derives from the rollout:
-  ``["exact"]`` only where nothing is known to be missing.
+  ``["exact"]`` only where nothing is known to be missing, and never where the second
+  witness (``pipeline/witness.py``: the harness's reported input tokens, re-read from
+  the log, against the row's own call starts) shows a gap over the threshold;
+  ``context_gap_tokens`` is the witness's, and no row names a reason the build
+  excluded (``--exclude-fidelity``).
 - **Coverage**: every call is trained in at most one row; in a build that drops no
   segment (no ``--drop-truncated``, no SFT length filter) every call is in a row.
 

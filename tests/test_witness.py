@@ -146,6 +146,41 @@ def test_excluded_segments_are_counted_and_their_rollout_keeps_its_vote(tmp_path
         _build(tmp_path / "bad", FIXTURE, exclude_fidelity=("no_such_reason",))
 
 
+def test_excluding_one_segment_keeps_the_rollouts_other_segments_and_its_advantage(tmp_path):
+    from tests.test_fidelity import _build as build_rl
+    from tests.test_fidelity import _with
+    from tests.test_segments_hand_checked import three_call_rollout
+
+    lost = {"reason": "lost_records", "event_id": "rw", "detail": "line 9 undecodable"}
+    damaged = _with(three_call_rollout(rollout_id="bad", reward=1.0), {"fidelity": [lost]})
+    other = three_call_rollout(rollout_id="good", reward=0.0)
+    _, every, _ = build_rl(tmp_path / "all", [damaged, other], keep_damaged=True)
+    result, kept, _ = build_rl(
+        tmp_path / "ex", [damaged, other], keep_damaged=True, exclude_fidelity=("lost_records",)
+    )
+    assert [(r["rollout_id"], r["segment_index"]) for r in every] == [
+        ("bad", 0),
+        ("bad", 1),
+        ("good", 0),
+        ("good", 1),
+    ]
+    # bad's second segment (lost_records) is gone; its first is renumbered as the only one
+    [bad] = [r for r in kept if r["rollout_id"] == "bad"]
+    assert (bad["segment_index"], bad["num_segments"], bad["loss_weight_per_rollout"]) == (
+        0,
+        1,
+        1.0,
+    )
+    assert bad["trainable_tokens_after"] == 0 and bad["input_ids"] == every[0]["input_ids"]
+    # both rollouts still vote in their group: the advantages are those of the full build
+    advantages = {r["rollout_id"]: r["advantage"] for r in every}
+    assert {r["rollout_id"]: r["advantage"] for r in kept} == advantages
+    assert advantages["bad"] > 0 > advantages["good"]
+    assert result.counts["excluded_segments"] == 1
+    assert result.counts["excluded_fidelity_lost_records"] == 1
+    assert verify_build(tmp_path / "ex" / "out", "all").ok
+
+
 # -- the property ---------------------------------------------------------------------------
 WORDS = ["parser", "token", "state", "line", "value", "return", "error", "lexer", "index"]
 
