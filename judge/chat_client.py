@@ -21,14 +21,20 @@ APIs), written for batch judging on ``httpx2`` (HTTP) and ``tenacity`` (retries)
   accepted are stored; a cached answer that is unreadable or no longer validates is a
   miss.
 - **Secrets.** The API key is read from the environment variable the caller names and
-  sent only in the ``Authorization`` header. Every text that came from the server has
-  it removed (``redact.Redactor``, all encodings) before it is stored, shown or raised:
-  the raw body before parsing and the answer after.
+  sent only in the ``Authorization`` header; a key written into the URL (userinfo or a
+  ``?key=``-like parameter) is taken out of it and sent as a header too
+  (``pipeline/credentials.py``), so ``self.url`` and ``self.config.url``, the only URL
+  printed or written, hold none. Every text that came from the server has every one of
+  these keys removed (``redact.Redactor``, all encodings) before it is stored, shown or
+  raised: the raw body before parsing, the answer after, and each string of the answer
+  once more after its own JSON is decoded (a key spelled in ``\\uXXXX`` escapes inside
+  the answer's JSON is only a key once decoded).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -42,6 +48,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from judge.answer_cache import AnswerCache
 from judge.redact import Redactor
+from pipeline.credentials import split_url, with_path
 
 
 class ChatError(Exception):
@@ -103,11 +110,16 @@ class Usage:
 
 
 def endpoint(url: str) -> str:
-    """Accept a server root, a ``/v1`` base or the full chat-completions URL."""
-    url = url.rstrip("/")
-    if url.endswith("/chat/completions"):
-        return url
-    return url + ("/chat/completions" if url.endswith("/v1") else "/v1/chat/completions")
+    """Accept a server root, a ``/v1`` base or the full chat-completions URL (a query,
+    such as Azure's ``?api-version=``, stays at the end)."""
+
+    def chat(path: str) -> str:
+        path = path.rstrip("/")
+        if path.endswith("/chat/completions"):
+            return path
+        return path + ("/chat/completions" if path.endswith("/v1") else "/v1/chat/completions")
+
+    return with_path(url, chat)
 
 
 class _Retryable(Exception):
@@ -124,11 +136,12 @@ class ChatClient:
     """Thread-safe; ``close()`` (or ``with``) stops its event loop and connections."""
 
     def __init__(self, config: ClientConfig):
-        self.config = config
-        self.url = endpoint(config.url)
+        api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        self._endpoint = split_url(config.url, bearer=api_key)
+        self.config = dataclasses.replace(config, url=self._endpoint.url)
+        self.url = endpoint(self._endpoint.url)
         self.usage = Usage()
-        self._api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
-        self._redactor = Redactor(self._api_key)
+        self._redactor = Redactor(*self._endpoint.secrets)
         self._cache = (
             AnswerCache(config.cache_dir, config.model, config.max_response_bytes)
             if config.cache_dir
@@ -161,10 +174,11 @@ class ChatClient:
         self._loop.close()
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
+        return {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            **self._endpoint.headers,
+        }
 
     def request_body(self, messages: list[dict]) -> dict:
         body: dict[str, Any] = {
@@ -313,7 +327,37 @@ class ChatClient:
             prompt_tokens=_count(usage.get("prompt_tokens")),
             completion_tokens=_count(usage.get("completion_tokens")),
         )
-        return self._redact(content)  # decoded now: the answer is cached and quoted in findings
+        # Decoded now: the answer is cached and quoted in findings.
+        return redact_decoded(self._redactor, self._redact(content))
+
+
+def redact_decoded(redactor: Redactor, text: str) -> str:
+    """``text`` with a key removed once more inside the JSON it holds (from its first
+    ``{`` to its last ``}``, where ``judge.llm.parse_answer`` reads it): a string that
+    is a key only once its escapes are decoded (``"\\u0073\\u006b..."``) is replaced
+    and that part re-encoded. Text without JSON, or JSON with no key in it, is returned
+    unchanged, byte for byte."""
+    start, end = text.find("{"), text.rfind("}")
+    if not 0 <= start < end:
+        return text
+    try:
+        decoded = json.loads(text[start : end + 1])
+    except ValueError:
+        return text
+    cleaned = _redact_strings(redactor, decoded)
+    if cleaned == decoded:
+        return text
+    return text[:start] + json.dumps(cleaned, ensure_ascii=False) + text[end + 1 :]
+
+
+def _redact_strings(redactor: Redactor, value):
+    if isinstance(value, str):
+        return redactor.redact(value)
+    if isinstance(value, list):
+        return [_redact_strings(redactor, v) for v in value]
+    if isinstance(value, dict):
+        return {redactor.redact(k): _redact_strings(redactor, v) for k, v in value.items()}
+    return value
 
 
 def _count(value) -> int:

@@ -58,19 +58,23 @@ def _base64_forms(secret: bytes) -> list[str]:
 
 
 class Redactor:
-    """Replaces every occurrence of one secret, in every form above, with ``***``."""
+    """Replaces every occurrence of each secret, in every form above, with ``***``."""
 
-    def __init__(self, secret: str | None):
+    def __init__(self, *secrets: str | None):
         self._pattern: re.Pattern[str] | None = None
-        if secret is None or len(secret) < MIN_SECRET_CHARS:
-            return
-        raw = secret.encode()
-        alternatives = [
-            "".join(_char_pattern(c) for c in secret),
-            *(re.escape(f) for f in _base64_forms(raw)),
-            "(?i:" + re.escape(raw.hex()) + ")",
-        ]
-        self._pattern = re.compile("|".join(alternatives))
+        alternatives = []
+        # Longest first: a secret that contains another is replaced whole.
+        for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+            if len(secret) < MIN_SECRET_CHARS:
+                continue
+            raw = secret.encode()
+            alternatives += [
+                "".join(_char_pattern(c) for c in secret),
+                *(re.escape(f) for f in _base64_forms(raw)),
+                "(?i:" + re.escape(raw.hex()) + ")",
+            ]
+        if alternatives:
+            self._pattern = re.compile("|".join(alternatives))
 
     def redact(self, text: str) -> str:
         return self._pattern.sub(REDACTED, text) if self._pattern else text

@@ -31,7 +31,9 @@ def register(sub) -> None:
         "--upstream",
         required=True,
         metavar="URL",
-        help="Base URL of the OpenAI-compatible engine, including /v1 (e.g. http://127.0.0.1:8000/v1).",
+        help="Base URL of the OpenAI-compatible engine, including /v1 (e.g. http://127.0.0.1:8000/v1). "
+        "A key in it (user:KEY@ or ?key=/api_key=...) is sent as a header, never printed or "
+        "recorded.",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="Collection directory (created).")
     p.add_argument("--host", default="127.0.0.1", help="Address to listen on (default 127.0.0.1).")
@@ -111,13 +113,17 @@ def register(sub) -> None:
 def run(args) -> int:
     from aiohttp import web
 
+    from pipeline.credentials import split_url
     from pipeline.gateway.judging import HttpJudge, RuleJudge
     from pipeline.gateway.recorder import Recorder, RecorderError
     from pipeline.gateway.server import DEFAULT_SUMMARY_PROMPTS, Gateway, GatewayConfig
 
+    # Only the URLs without their credentials are ever printed or recorded.
+    upstream = split_url(args.upstream).url
+    judge_name = split_url(args.judge).url if args.judge and args.judge != "rules" else args.judge
     if not args.upstream.startswith(("http://", "https://")):
         raise UsageError(
-            f"--upstream {args.upstream!r}: give an http(s) URL such as http://127.0.0.1:8000/v1"
+            f"--upstream {upstream!r}: give an http(s) URL such as http://127.0.0.1:8000/v1"
         )
     api_key = None
     if args.api_key_env:
@@ -129,7 +135,7 @@ def run(args) -> int:
         judge_factory = lambda client: RuleJudge()  # noqa: E731
     elif args.judge:
         if not args.judge.startswith(("http://", "https://")):
-            raise UsageError(f"--judge {args.judge!r}: give 'rules' or an http(s) URL")
+            raise UsageError(f"--judge {judge_name!r}: give 'rules' or an http(s) URL")
         judge_factory = lambda client: HttpJudge(args.judge, client, args.judge_timeout)  # noqa: E731
     if args.upstream_connections < 0 or args.max_response_mb <= 0:
         raise UsageError("--upstream-connections must be 0 or more and --max-response-mb positive")
@@ -148,8 +154,8 @@ def run(args) -> int:
         recorder = Recorder(
             Path(args.out),
             {
-                "upstream": args.upstream,
-                "judge": args.judge or None,
+                "upstream": upstream,
+                "judge": judge_name or None,
                 "token_ids_mode": args.token_ids,
             },
         )

@@ -97,8 +97,14 @@ class RuleJudge:
 
 class HttpJudge:
     def __init__(self, url: str, session: aiohttp.ClientSession, timeout_s: float):
-        self.url, self.session, self.timeout_s = url, session, timeout_s
-        self.name = url
+        from pipeline.credentials import split_url
+
+        # A key in the judge's URL is sent as a header; the name recorded on every call
+        # and correction is the URL without it.
+        endpoint = split_url(url)
+        self.url, self.headers = endpoint.url, endpoint.headers
+        self.session, self.timeout_s = session, timeout_s
+        self.name = endpoint.url
 
     async def review(self, rollout: Rollout, call_index: int, candidate: dict) -> Outcome:
         payload = {
@@ -108,7 +114,10 @@ class HttpJudge:
         }
         try:
             async with self.session.post(
-                self.url, json=payload, timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+                self.url,
+                json=payload,
+                headers=self.headers,
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
             ) as resp:
                 if resp.status != 200:
                     raise JudgeFailed(f"judge answered HTTP {resp.status}")

@@ -23,6 +23,7 @@ recognises a summary call afterwards, when its text reappears in the next contex
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -36,7 +37,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from judge.redact import Redactor
 from pipeline import http_guard
+from pipeline.credentials import split_url, with_path
 from pipeline.gateway.dialects import (
     DialectError,
     anthropic_sse,
@@ -67,7 +70,7 @@ class GatewayConfig:
     token_ids: str = "auto"  # auto | on | off
     upstream_timeout_s: float = 600.0
     summary_prompts: tuple[str, ...] = DEFAULT_SUMMARY_PROMPTS
-    api_key: str | None = None  # sent upstream as a bearer token
+    api_key: str | None = None  # sent upstream as a bearer token (unless the URL holds a key)
     # Who may call (pipeline/http_guard.py): the address it listens on (a wildcard
     # address checks no Host), and more names a fleet reaches it by (--allow-host).
     listen_host: str = "127.0.0.1"
@@ -110,7 +113,11 @@ class Gateway:
     def __init__(
         self, config: GatewayConfig, recorder: Recorder, judge_factory=None, stats=None
     ) -> None:
-        self.config = config
+        # A key in the upstream URL goes into a header; config.upstream, the URL the
+        # banner prints and gateway.json records, holds none (pipeline/credentials.py).
+        self.endpoint = split_url(config.upstream, bearer=config.api_key)
+        self.config = dataclasses.replace(config, upstream=self.endpoint.url)
+        self.redactor = Redactor(*self.endpoint.secrets)
         self.recorder = recorder
         self.judge_factory = judge_factory  # (client session) -> LoopJudge | None
         self.judge: LoopJudge | None = None
@@ -370,10 +377,17 @@ class Gateway:
         return bool(self.summary_re.search(text or ""))
 
     def _upstream(self, path: str) -> str:
-        return self.config.upstream.rstrip("/") + path
+        return with_path(self.config.upstream, lambda base: base.rstrip("/") + path)
 
     def _auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        return dict(self.endpoint.headers)
+
+    def _redacted(self, data: bytes) -> bytes:
+        """An upstream error body without the key (some echo the Authorization header);
+        the harness may log it."""
+        text = data.decode("utf-8", "replace")
+        cleaned = self.redactor.redact(text)
+        return data if cleaned == text else cleaned.encode()
 
     async def _post(self, payload: bytes) -> tuple[int, bytes]:
         """One POST of a chat call: (status, body). An engine that closed a kept-alive
@@ -405,7 +419,8 @@ class Gateway:
             try:
                 status, data = await self._post(orjson.dumps(sent))
             except (aiohttp.ClientError, TimeoutError, AnswerTooLarge) as exc:
-                detail = {"error": {"message": f"seam gateway: upstream failed: {exc!r}"}}
+                message = self.redactor.redact(f"seam gateway: upstream failed: {exc!r}")
+                detail = {"error": {"message": message}}
                 return 502, json.dumps(detail).encode(), (time.monotonic() - started) * 1000
             if attempt:
                 # The same request without the token-id parameters: if the engine takes it,
@@ -424,7 +439,7 @@ class Gateway:
             break
         ms = (time.monotonic() - started) * 1000
         if status != 200:
-            return status, data, ms
+            return status, self._redacted(data), ms
         try:
             parsed = orjson.loads(data)
             check_depth(parsed, data)
