@@ -1,8 +1,9 @@
 """Calibration of the rule judge against hand labels: ``seam judge --eval LABELS.jsonl``.
 
-A label describes one compaction of a real session file, found by the file's name and
-the id of its summary message (Claude Code: the ``uuid`` of the ``isCompactSummary``
-record; a summary call: the assistant message id). Labels never copy the session's
+A label describes one compaction of a real session file, found by its session and the
+id of its summary message (Claude Code: the ``sessionId`` and the ``uuid`` of the
+``isCompactSummary`` record; a summary call: the assistant message id), or by the
+file's name and that id when it names no session (``label_key``). Labels never copy the session's
 text. Schema (``CompactionLabel``; docs/sft.md, "Calibration"):
 
 - ``file``, ``uuid``: where the compaction is; ``trigger``: budget | manual | model;
@@ -29,6 +30,7 @@ FP) and recall = TP / (TP + FN) (undefined, shown as n/a, when the denominator i
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -193,40 +195,83 @@ class Evaluation:
     misses: list[str] = field(default_factory=list)  # "check file uuid fp|fn"
 
 
-def evaluate(labels: list[CompactionLabel], sources: list[tuple[str, Rollout]]) -> Evaluation:
-    """Score every check of the rule judge on the labelled compactions of ``sources``
-    (``(file path, rollout)`` pairs; a label's ``file`` is matched by its name)."""
-    by_key = {(Path(lab.file).name, lab.uuid): lab for lab in labels}
-    found: set[tuple[str, str]] = set()
+def session_of(rollout: Rollout) -> str:
+    """The session a rollout records: the harness's session id (Claude Code's
+    ``sessionId``, kept by the reader as ``meta.session_id``), else the rollout id."""
+    return str(rollout.meta.get("session_id") or rollout.rollout_id)
+
+
+def label_key(label: CompactionLabel) -> tuple[str, str]:
+    """How a label finds its compaction: the session and the boundary's id when the label
+    names its session — a session spread over several files is read as one rollout named
+    after its first file, so the file name of a later part finds nothing — else (older
+    labels) the file name and the boundary's id."""
+    return (label.session, label.uuid) if label.session else (Path(label.file).name, label.uuid)
+
+
+def rule_findings(rollout: Rollout) -> list[Finding]:
+    """What ``--eval`` scores by default: every rule check, on or off by default."""
+    return judge_rollout(rollout, ALL_CHECKS)
+
+
+def evaluate(
+    labels: list[CompactionLabel],
+    sources: list[tuple[str, Rollout]],
+    findings_of: Callable[[Rollout], list[Finding]] = rule_findings,
+) -> Evaluation:
+    """Score the checks on the labelled compactions of ``sources`` (``(file path,
+    rollout)`` pairs) against ``labels`` (matched by ``label_key``); ``findings_of`` gives
+    a rollout's findings (default: every rule check; the LLM judge's for
+    ``--eval --llm``). A boundary found in several inputs (snapshots of one session) is
+    scored once, on the input whose file the label names when there is one."""
+    by_key = {label_key(lab): lab for lab in labels}
+    seen: dict[tuple[str, str], tuple[int, Compaction]] = {}
+    comps_of: list[tuple[Rollout, list[Compaction]]] = []
     result = Evaluation()
     for path, rollout in sources:
-        comps = compactions(rollout, replay(rollout))
-        fired = attribute(judge_rollout(rollout, ALL_CHECKS), comps)
-        for comp in comps:
-            key = (Path(path).name, comp.message_id)
-            label = by_key.get(key)
-            if label is None:
-                result.unlabelled.append(f"{key[0]} {key[1]}")
+        comps_of.append((rollout, compactions(rollout, replay(rollout))))
+        for comp in comps_of[-1][1]:
+            name = Path(path).name
+            key = next(
+                (
+                    k
+                    for k in ((session_of(rollout), comp.message_id), (name, comp.message_id))
+                    if k in by_key
+                ),
+                None,
+            )
+            if key is None:
+                result.unlabelled.append(f"{name} {comp.message_id}")
+            elif key not in seen or Path(by_key[key].file).name == name:
+                seen[key] = (len(comps_of) - 1, comp)
+    fired_in: dict[int, dict[str, set[str]]] = {}
+    for key, (at, comp) in seen.items():
+        if at not in fired_in:  # judge only the rollouts that hold a labelled compaction
+            rollout, comps = comps_of[at]
+            fired_in[at] = attribute(findings_of(rollout), comps)
+        fired = fired_in[at][comp.message_id]
+        label = by_key[key]
+        where = f"{Path(label.file).name} {label.uuid}"
+        result.labelled += 1
+        for check, score in result.scores.items():
+            positive = labelled_positive(label, check)
+            flagged = check in fired
+            if positive is None and not flagged:
                 continue
-            found.add(key)
-            result.labelled += 1
-            for check, score in result.scores.items():
-                positive = labelled_positive(label, check)
-                flagged = check in fired[comp.message_id]
-                if positive is None and not flagged:
-                    continue
-                positive = bool(positive)
-                if flagged and positive:
-                    score.tp += 1
-                elif flagged:
-                    score.fp += 1
-                    result.misses.append(f"{check} {key[0]} {key[1]} false positive")
-                elif positive:
-                    score.fn += 1
-                    result.misses.append(f"{check} {key[0]} {key[1]} missed")
-                else:
-                    score.tn += 1
-    result.missing = [f"{f} {u}" for f, u in by_key if (f, u) not in found]
+            positive = bool(positive)
+            if flagged and positive:
+                score.tp += 1
+            elif flagged:
+                score.fp += 1
+                result.misses.append(f"{check} {where} false positive")
+            elif positive:
+                score.fn += 1
+                result.misses.append(f"{check} {where} missed")
+            else:
+                score.tn += 1
+    result.missing = [
+        f"{Path(lab.file).name} {lab.uuid}" for k, lab in by_key.items() if k not in seen
+    ]
     return result
 
 

@@ -141,6 +141,8 @@ def _run_eval(args, rejected: Counter) -> int:
         labels = load_labels(args.eval)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.split:
+        labels = [lab for lab in labels if lab.split == args.split]
     sources = iter_input_sources(args.inputs, args.format, rejected, args.group_by)
     result = evaluate(labels, list(sources))
     rows = {check: score.as_dict() for check, score in result.scores.items()}
@@ -423,6 +425,12 @@ def register(sub) -> None:
         "compactions in INPUT and print precision and recall per check; writes no findings.",
     )
     p.add_argument("--json", action="store_true", help="With --eval: print the scores as JSON.")
+    p.add_argument(
+        "--split",
+        choices=("tune", "holdout"),
+        help="With --eval: score only the labels of this part of the set (their `split` field; "
+        "docs/labels.md); the other labels are left out, not reported as missing.",
+    )
     p.set_defaults(func=run_judge)
 
     a = sub.add_parser(

@@ -132,3 +132,49 @@ def test_a_label_naming_no_compaction_fails_the_eval(tmp_path):
     )
     assert run.returncode == 1
     assert "1 label(s) name no compaction of the inputs" in run.stderr
+
+
+SESSION = "7c2f0d1e-0000-4000-8000-00000000ju18"  # the fixture's sessionId
+
+
+def test_labels_on_any_file_of_a_multi_file_session_are_found(tmp_path):
+    """A session saved as two files is read as one rollout named after its first file;
+    a label on the second file finds its boundary by session and uuid."""
+    from collections import Counter
+
+    from judge.commands import iter_input_sources
+
+    lines = FIXTURE.read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if '"uuid": "cb2"' in line)
+    (tmp_path / "part_a.jsonl").write_text("".join(lines[:cut]))
+    (tmp_path / "part_b.jsonl").write_text("".join(lines[cut:]))
+    sources = list(iter_input_sources([str(tmp_path)], "auto", Counter()))
+    assert [Path(p).name for p, _ in sources] == ["part_a.jsonl"]  # one merged rollout
+    on_first = label("s1", file="claude_code/part_a.jsonl", session=SESSION)
+    on_second = label("s2", file="claude_code/part_b.jsonl", session=SESSION, omitted=["finding"])
+    result = evaluate([on_first, on_second], sources)
+    assert result.labelled == 2 and result.missing == [] and result.unlabelled == []
+    assert result.misses == ["state/omission part_b.jsonl s2 missed"]
+    # Without its session, a label is matched by file name: the second part is not found.
+    old_style = label("s2", file="claude_code/part_b.jsonl")
+    assert evaluate([old_style], sources).missing == ["part_b.jsonl s2"]
+    # A label of another session with the same boundary id does not match.
+    other = label("s2", file="claude_code/part_b.jsonl", session="another-session")
+    assert evaluate([other], sources).missing == ["part_b.jsonl s2"]
+
+
+def test_a_boundary_in_two_snapshots_is_scored_once_on_the_labelled_file(tmp_path):
+    from collections import Counter
+
+    from judge.commands import iter_input_sources
+
+    sources = []
+    for name in ("snap_1.jsonl", "snap_2.jsonl"):
+        folder = tmp_path / name.split(".")[0]
+        folder.mkdir()
+        (folder / name).write_text(FIXTURE.read_text())
+        sources += list(iter_input_sources([str(folder)], "auto", Counter()))
+    assert len(sources) == 2
+    result = evaluate([label("s1", file="claude_code/snap_2.jsonl", session=SESSION)], sources)
+    assert result.labelled == 1 and result.missing == []
+    assert result.unlabelled == ["snap_1.jsonl s2", "snap_2.jsonl s2"]
