@@ -66,6 +66,25 @@ def test_redacted_reasoning_flags_the_segments_that_train_or_see_the_call(render
     ]
 
 
+def test_a_redacted_call_a_rewrite_put_into_the_context_flags_the_segments_that_see_it(renderer):
+    """Codex's replacement history can hold an earlier response whose reasoning has no
+    text: the segments whose context holds it say so, though no call of theirs does."""
+    data = json.loads(rollout_to_json(three_call_rollout()))
+    rewrite = next(e for e in data["events"] if e["type"] == "rewrite")
+    rewrite["context"].insert(
+        1,
+        {
+            "type": "message",
+            "id": "old",
+            "role": "assistant",
+            "content": "Read a.py: x=1.",
+            "meta": {"redacted_reasoning": 1},
+        },
+    )
+    rollout = type(three_call_rollout()).model_validate(data)
+    assert _fidelity(renderer, rollout) == [["exact"], ["redacted_reasoning"]]
+
+
 def _build(tmp_path, rollouts, **options):
     tmp_path.mkdir(exist_ok=True)
     src = tmp_path / "in.jsonl"
