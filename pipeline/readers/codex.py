@@ -276,6 +276,13 @@ class _Session:
         # they form), and that count's running total (Codex writes some counts twice).
         self.response_calls: list[str] = []
         self.usage_total: object = None
+        # (count, the calls read before it) per count or rewrite; whether counts come
+        # before their response (older Codex); agent_message texts since the last count,
+        # and before it.
+        self.usage_log: list[tuple[int | None, list[str]]] = []
+        self.counts_first = False
+        self.announced: list[str] = []
+        self.announced_before: list[str] = []
         self.base_id: str | None = None
         # A fork that started from a copy of its parent's history: (parent, copied
         # records, copied context messages).
@@ -356,11 +363,12 @@ class _Session:
         )
 
     def report_usage(self, info: object) -> None:
-        """``token_count``: the provider's input tokens for the response that ended since
-        the last count. Codex writes it right after the response, or after the outputs
-        of the response's calls (newer versions); a count whose running total did not
-        move repeats the previous one. Set only when that response is one call (a web
-        search splits a response into several)."""
+        """``token_count``: the provider's input tokens of one response. Codex writes it
+        right after the response, or after the outputs of the response's calls (newer
+        versions), or, in older versions, before the response's items (``counts_first``);
+        a count whose running total did not move repeats the previous one. The counts and
+        the calls read between them are logged and given out at the end
+        (``apply_usage``), once the order is known."""
         self.flush()
         self.counts = True
         if not isinstance(info, dict):
@@ -370,10 +378,34 @@ class _Session:
         if total == self.usage_total or not isinstance(tokens, int) or tokens <= 0:
             return
         self.usage_total = total
-        if len(self.response_calls) == 1:
-            call = self.builder.messages[self.response_calls[0]]
-            self.builder.update(call.id, meta={**call.meta, "reported_input_tokens": tokens})
+        self.end_usage_span(tokens)
+        self.announced_before, self.announced = self.announced, []
+
+    def end_usage_span(self, tokens: int | None = None) -> None:
+        """The calls read since the last count end here: at a count (``tokens``), or at a
+        rewrite (no count: what follows is another span)."""
+        self.usage_log.append((tokens, self.response_calls))
         self.response_calls = []
+
+    def notice_message(self, text: str) -> None:
+        """An assistant message item: if Codex announced its text (an ``agent_message``
+        event) before the last count and not since, the count came between the streamed
+        response and its items, i.e. the session writes each count before its response."""
+        if text and text in self.announced_before and text not in self.announced:
+            self.counts_first = True
+
+    def apply_usage(self) -> None:
+        """Each response's count as its call's ``meta.reported_input_tokens``: the count
+        that closes its span, or with ``counts_first`` the one that opened it. Only when
+        the response is one call (a web search splits a response into several)."""
+        self.end_usage_span()
+        opened: int | None = None
+        for tokens, calls in self.usage_log:
+            count = opened if self.counts_first else tokens
+            if count is not None and len(calls) == 1:
+                call = self.builder.messages[calls[0]]
+                self.builder.update(call.id, meta={**call.meta, "reported_input_tokens": count})
+            opened = tokens
 
 
 def rollouts_from_records(records: Records, default_id: str) -> Iterator[ReadItem]:
@@ -538,6 +570,8 @@ def _record(s: _Session, rtype: str, payload: dict, line: int | None) -> str | N
             return None
         if kind == "token_count":
             s.report_usage(payload.get("info"))
+        elif kind == "agent_message":
+            s.announced.append(str(payload.get("message")))
         return f"event_msg/{kind}: UI event, repeats or annotates the model input"
     if rtype == "turn_context":
         s.flush()
@@ -555,6 +589,8 @@ def _record(s: _Session, rtype: str, payload: dict, line: int | None) -> str | N
     if _is_output(payload):
         if s.outputs and not s.continues_response():
             s.flush()
+        if kind == "message":
+            s.notice_message(content_text(payload.get("content")))
         s.call.line = s.call.line or line
         s.call.add(payload)
         if kind == "web_search_call":
@@ -619,7 +655,7 @@ def _compaction(s: _Session, payload: dict, line: int | None) -> None:
             "no replacement_history: system and user messages kept, summary appended"
         )
     s.builder.rewrite("compaction", "budget", items, id=rewrite_id, meta=meta)
-    s.response_calls = []
+    s.end_usage_span()
 
 
 def _rollback(s: _Session, turns: int, line: int | None) -> None:
@@ -633,12 +669,13 @@ def _rollback(s: _Session, turns: int, line: int | None) -> None:
         id=f"rollback@{line}",
         meta={"num_turns": turns, "line": line},
     )
-    s.response_calls = []
+    s.end_usage_span()
 
 
 def _finish(s: _Session, session_id: str, ids: UniqueNames) -> Iterator[ReadItem]:
     try:
         s.flush()
+        s.apply_usage()
     except BAD_CONTENT as exc:
         s.broken = s.broken or reason_of(exc)
     if s.broken:

@@ -287,11 +287,11 @@ def test_interleaved_outputs_of_one_response_are_one_call_whose_outputs_all_reac
     between the calls)."""
     rollout = only("codex", fixture("codex", "parallel_interleaved.jsonl"))
     assert shape(rollout)[3:8] == [
-        ("assistant", "L8", "", ["call_cfg", "call_log", "call_git"]),
-        ("tool", "L10", "[tool:pytest]\naddopts = -q", "call_cfg"),
-        ("tool", "L13", "FAILED tests/test_io.py::test_read", "call_log"),
-        ("tool", "L15", " M io.py", "call_git"),
-        ("assistant", "L17", "Reading the failing test.", ["call_test"]),
+        ("assistant", "L10", "", ["call_cfg", "call_log", "call_git"]),
+        ("tool", "L12", "[tool:pytest]\naddopts = -q", "call_cfg"),
+        ("tool", "L15", "FAILED tests/test_io.py::test_read", "call_log"),
+        ("tool", "L17", " M io.py", "call_git"),
+        ("assistant", "L21", "Reading the failing test.", ["call_test"]),
     ]
     first = rollout.calls()[0]
     assert first.reasoning == "Look at the config and the log\n\nAnd the state of the tree"
@@ -304,12 +304,68 @@ def test_interleaved_outputs_of_one_response_are_one_call_whose_outputs_all_reac
     assert [f for f in rollout.meta["fidelity"] if f["reason"] == "interleaved_tool_outputs"] == [
         {
             "reason": "interleaved_tool_outputs",
-            "event_id": "L10",
+            "event_id": "L12",
             "detail": "3 tool outputs written between the calls of one response; "
             "the context has them after its calls",
         }
     ]
     assert "synthesized_tool_results" not in rollout.meta
+
+
+def test_a_count_written_before_its_response_is_that_response_s():
+    """Codex 0.46 streams a response's text as events, writes the response's count, then
+    its items: a message announced before a count and written after it shows the order,
+    and each call gets the count written before it (not the next one)."""
+    rollout = only("codex", fixture("codex", "parallel_interleaved.jsonl"))
+    assert [c.meta.get("reported_input_tokens") for c in rollout.calls()] == [1000, 1400, 1700]
+
+
+def test_the_same_text_in_two_responses_does_not_reorder_their_counts():
+    """Newer Codex announces a message (an event) next to its item, both before the count:
+    two responses saying the same thing keep their own counts."""
+    records = [
+        _record(0, "session_meta", {"id": "019a3000-0000-7000-8000-000000000002"}),
+        _record(0, "response_item", {"type": "message", "role": "user", "content": "Go."}),
+    ]
+    for n in (1, 2):
+        text = [{"type": "output_text", "text": "Working on it."}]
+        records.append(
+            _record(10 * n, "event_msg", {"type": "agent_message", "message": "Working on it."})
+        )
+        records.append(
+            _record(
+                10 * n, "response_item", {"type": "message", "role": "assistant", "content": text}
+            )
+        )
+        records.append(_count(10 * n + 1, n))
+    rows = [(i + 1, r, None, json.dumps(r)) for i, r in enumerate(records)]
+    (rollout,) = [i.rollout for i in rollouts_from_records(rows, "x") if isinstance(i, Accepted)]
+    assert [c.meta.get("reported_input_tokens") for c in rollout.calls()] == [1000, 2000]
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [
+        ("event_msg", {"type": "thread_rolled_back", "num_turns": 1}),
+        ("compacted", {"message": "", "replacement_history": []}),
+    ],
+)
+def test_a_count_after_a_rewrite_is_the_next_call_s_alone(rewrite):
+    """An interrupted response gets no count; after a rollback or a compaction, the next
+    response's count is its own (not shared with the interrupted one, so not dropped)."""
+    say = [{"type": "output_text", "text": "Partial."}]
+    records = [
+        _record(0, "session_meta", {"id": "019a3000-0000-7000-8000-000000000003"}),
+        _record(1, "response_item", {"type": "message", "role": "user", "content": "Go."}),
+        _record(2, "response_item", {"type": "message", "role": "assistant", "content": say}),
+        _record(3, *rewrite),
+        _record(4, "response_item", {"type": "message", "role": "user", "content": "Again."}),
+        _record(5, "response_item", {"type": "message", "role": "assistant", "content": say}),
+        _count(6, 1),
+    ]
+    rows = [(i + 1, r, None, json.dumps(r)) for i, r in enumerate(records)]
+    (rollout,) = [i.rollout for i in rollouts_from_records(rows, "x") if isinstance(i, Accepted)]
+    assert [c.meta.get("reported_input_tokens") for c in rollout.calls()] == [None, 1000]
 
 
 def test_outputs_written_after_the_response_follow_it_and_a_retried_response_stays_apart():
