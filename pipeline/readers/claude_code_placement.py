@@ -10,12 +10,15 @@ and these rules, read from its bundle and checked against captured requests
   when that result's content is a string, else (and for a tool hook's context, which
   Claude Code holds before the result) sent as text after the batch of results;
 - system-message mode (``claude_code_attachments.system_mode``): text attachments are
-  gathered and sent as one ``system`` message right before the next call;
+  gathered and sent as one ``system`` message right before the next call (as a wrapped
+  user message when nothing but a call comes before them);
 - a tool result holding ``tool_reference`` blocks gets the text ``Tool loaded.`` after the
   batch of results (Claude Code adds it when it sends the request; the log lacks it).
 
 Attachments waiting when a compaction starts a new context were never sent after it:
-they are dropped with the old context.
+they are dropped with the old context. One difference is left: Claude Code moves
+attachments written after a compaction's summary (and the prompts after it) before the
+summary; seam puts them right after it (same tokens, the summary first).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pipeline.readers.claude_code_attachments import (
     Unrendered,
     system_mode,
     verified,
+    wrap,
 )
 from pipeline.readers.common import content_text
 
@@ -67,9 +71,12 @@ class Placement:
             self.builder.append(msg("user", text, id=id_, meta={"attachment": "after_results"}))
         self.after = []
         if kind == "call" and self.system:
-            self.builder.append(
-                msg("system", "\n\n".join(self.system), meta={"attachment": "system_message"})
-            )
+            text = "\n\n".join(self.system)
+            live = self.builder.live_messages()
+            if live and live[-1].role in ("user", "tool"):
+                self.builder.append(msg("system", text, meta={"attachment": "system_message"}))
+            else:  # right after a call (or first): Claude Code sends it as a user message
+                self.builder.append(msg("user", wrap(text), meta={"attachment": "system_message"}))
         if kind in ("call", "compact", "summary"):
             self.system = []
 

@@ -215,3 +215,19 @@ def test_captures_are_flagged_exactly_where_seam_cannot_reproduce_the_request(na
     assert set(fidelity) == set(flags)
     for reason, part in flags.items():
         assert part in fidelity[reason]
+
+
+def test_system_mode_attachments_right_after_a_call_are_a_user_message(tmp_path):
+    """Claude Code sends gathered system text as a ``system`` message only after a user
+    message; right after a call it wraps it in a user message. The system_mode capture
+    without its "read @notes.md" prompt: the mention's text follows the call directly."""
+    records = [
+        json.loads(x) for x in (CAPTURES / "system_mode" / "session.jsonl").read_text().splitlines()
+    ]
+    prompt = next(r for r in records if r.get("message", {}).get("content") == "read @notes.md")
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records if r is not prompt))
+    (rollout,) = [i.rollout for i in REGISTRY["claude-code"].read(path) if isinstance(i, Accepted)]
+    context = replay(rollout)[2].context
+    assert [m.role for m in context[-2:]] == ["assistant", "user"]
+    assert context[-1].content.startswith("<system-reminder>\nCalled the Read tool")
