@@ -275,3 +275,17 @@ def test_a_deleted_or_injected_record_is_always_flagged_an_untouched_one_never(
     assert flagged == [[witness.GAP_REASON]]
     [seen] = segment_witnesses(_seen_by_seam(seam_view, reported), segmenter.segments(seam_view))
     assert seen.flagged == 1 and seen.gap_tokens >= size * witness.factor(model) - 800
+
+
+def test_the_calibration_tool_measures_the_fixture_factor_and_its_clean_pairs(capsys):
+    from tools.witness_calibration import main
+
+    main([str(FIXTURE)])
+    out = capsys.readouterr().out
+    # 4 witnessed pairs, all clean (only tool results between the calls), measured at the
+    # factor the fixture was written with (1.12), none flagged
+    line = next(x for x in out.splitlines() if "claude-opus-4-5-20251101" in x)
+    assert line.split()[2:5] == ["4", "1.120", "1.12"]
+    assert "0/4" in line
+    main([str(FIXTURE), "--per-file"])
+    assert f"{FIXTURE.name} | 1 | 1 | 4/5 | 0 (0) |" in capsys.readouterr().out

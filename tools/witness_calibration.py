@@ -186,10 +186,10 @@ def files_under(paths: list[Path]) -> list[Path]:
 def measure(paths: list[Path]) -> list[PairRow]:
     """Every witnessed pair of the rollouts read from ``paths``."""
     segmenter = segmenter_with(None, None)
-    raws: dict[str, RawFile] = {}
+    files = files_under(paths)
+    raws = {str(f): RawFile(f) for f in files}
     rows = []
-    for file, _, rollout in iter_input_records(files_under(paths)):
-        raw = raws.setdefault(file, RawFile(Path(file)))
+    for file, _, rollout in iter_input_records(files):
         calls = rollout.calls()
         for seg in segmenter.segments(rollout):
             starts = [s.start for s in seg.spans]
@@ -197,10 +197,18 @@ def measure(paths: list[Path]) -> list[PairRow]:
             for p in witness.pairs(starts, reported, rollout.model):
                 before = calls[seg.spans[p.position - 1].call_index].id
                 after = calls[seg.spans[p.position].call_index].id
-                if rollout.source == "codex":
-                    between = raw.codex_between(before, after)
-                else:
-                    between = raw.claude_between(before, after)
+                if rollout.source == "codex":  # line ids: of the file the rollout is named by
+                    between = raws[file].codex_between(before, after) if file in raws else None
+                else:  # message ids: a session's records may lie in any of its files
+                    between = next(
+                        (
+                            found
+                            for raw in [raws.get(file), *raws.values()]
+                            if raw is not None
+                            and (found := raw.claude_between(before, after)) is not None
+                        ),
+                        None,
+                    )
                 rows.append(
                     PairRow(
                         file,
@@ -280,13 +288,13 @@ def per_file(paths: list[Path], out=sys.stdout) -> None:
         row["rollouts"] += 1
         row["segments"] += len(segments)
         row["calls"] += sum(len(s.spans) for s in segments)
-        for reasons, seen in zip(
+        for names, seen in zip(
             segment_fidelity(rollout, segments), segment_witnesses(rollout, segments)
         ):
             row["witnessed"] += seen.witnessed
             row["gap_tokens"] += seen.gap_tokens or 0
-            for reason in reasons:
-                row[f"reason:{reason}"] += 1
+            for name in names:
+                row[f"reason:{name}"] += 1
     print(
         "file | rollouts | segments | witnessed calls | flagged by the witness (tokens) | reasons",
         file=out,
