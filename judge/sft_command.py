@@ -31,6 +31,12 @@ def run_build_sft(args) -> int:
         given = (
             None if args.synthesize_summary_calls == "default" else args.synthesize_summary_calls
         )
+        if given is not None and _looks_like_input(given):
+            # nargs="?": written before the inputs, the option swallows the first one.
+            raise UsageError(
+                f"--synthesize-summary-calls {given}: that is a rollout input, not a prompt "
+                "file; put the option after the inputs, or write --synthesize-summary-calls=FILE"
+            )
         if given is not None and not Path(given).is_file():
             raise UsageError(f"--synthesize-summary-calls {given}: no such file")
         try:
@@ -122,3 +128,11 @@ def register_build_sft(sub) -> None:
         "Off by default. See docs/sft.md.",
     )
     p.set_defaults(func=run_build_sft)
+
+
+INPUT_SUFFIXES = (".jsonl", ".json", ".gz", ".zst", ".parquet", ".pt")
+
+
+def _looks_like_input(path: str) -> bool:
+    """A directory or a file named like a rollout input (the prompt is a text file)."""
+    return Path(path).is_dir() or path.lower().endswith(INPUT_SUFFIXES)

@@ -126,3 +126,17 @@ def test_a_captured_compact_summary_is_the_target_and_the_2_1_wrapper_is_strippe
     built, _ = synthesize_summary_calls(rollout.model_copy(update={"events": events}), PROMPT)
     first = next(v for v in replay(built) if v.message.meta.get("synthesized_call"))
     assert first.message.content == raw
+
+
+def test_the_option_before_the_inputs_does_not_swallow_one(tmp_path, capsys):
+    """``--synthesize-summary-calls [PROMPT_FILE]`` takes an optional value: written
+    before the inputs it took the first input for the prompt file, and the build went on
+    without that session."""
+    from pipeline.cli import main
+
+    args = ["build-sft", "--synthesize-summary-calls", str(FIXTURE), str(FIXTURE.parent)]
+    code = main([*args, "--out", str(tmp_path / "out"), "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "that is a rollout input, not a prompt file" in err
+    assert not (tmp_path / "out").exists()
