@@ -182,6 +182,54 @@ def test_a_fork_without_a_call_of_its_own_says_so_truly(tmp_path):
     ]
 
 
+def test_a_fork_of_a_fork_starts_with_both_copied_histories(tmp_path):
+    """The parent was itself forked from G: its copy holds G's header and history before
+    its own turns; each copy ends at the first turn of the thread that copied it."""
+    grand = "019d0f00-0000-7000-8000-0000000000c3"
+    lines = fixture("codex", "fork_subagent.jsonl").read_text().splitlines()
+    parent = json.loads(lines[1])
+    parent["payload"]["forked_from_id"] = grand
+    stamp = parent["timestamp"]
+    nested = [
+        {**parent, "payload": {**parent["payload"], "id": grand, "forked_from_id": None}},
+        {
+            "timestamp": stamp,
+            "type": "turn_context",
+            "payload": {"turn_id": "019d0f00-0100-7000-8000-000000000009"},
+        },
+        {
+            "timestamp": stamp,
+            "type": "response_item",
+            "payload": {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "Plan the parser."}],
+            },
+        },
+        {
+            "timestamp": stamp,
+            "type": "response_item",
+            "payload": {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "Plan: a recursive descent parser."}],
+            },
+        },
+    ]
+    path = tmp_path / "fork.jsonl"
+    path.write_text(
+        "\n".join([lines[0], json.dumps(parent), *map(json.dumps, nested), *lines[2:]]) + "\n"
+    )
+    (fork,) = read_together([path])[0]
+    assert [c.content for c in fork.calls()][
+        -1
+    ] == "Missing cases: empty input and a trailing comma."
+    assert len(fork.calls()) == 2
+    first = [m.content for m in replay(fork)[0].context]
+    assert first[1:3] == ["Plan the parser.", "Plan: a recursive descent parser."]
+    assert first[-1] == "Review tests/ for missing cases"
+
+
 @pytest.mark.parametrize(
     ("turn_id", "stamp", "own"),
     [
