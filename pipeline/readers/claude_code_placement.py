@@ -15,6 +15,9 @@ and these rules, read from its bundle and checked against captured requests
 - a tool result holding ``tool_reference`` blocks gets the text ``Tool loaded.`` after the
   batch of results (Claude Code adds it when it sends the request; the log lacks it).
 
+Tool calls: Claude Code writes some fields into a ``tool_use`` input after the model
+produced it and strips them again when it sends the history (``sent_tool_input``).
+
 Attachments waiting when a compaction starts a new context were never sent after it:
 they are dropped with the old context. One difference is left: Claude Code moves
 attachments written after a compaction's summary (and the prompts after it) before the
@@ -197,3 +200,25 @@ def mark_modes(entries: list) -> None:
             entry.data["system"] = system_mode(
                 entry.data["rec"].get("version"), entry.data["model"]
             )
+
+
+# Fields Claude Code injects into a tool call's input for its own use (``normalizeToolInput``)
+# and strips before sending the history (2.1.197, ``normalizeToolInputForAPI``): the
+# model neither generated nor saw them. ExitPlanMode gets the plan read from disk (1.5k
+# tokens in a real 2.1.207 session whose call reported 31 output tokens); Edit with
+# ``edits`` gets the first edit's strings copied to the top level.
+INJECTED = {
+    "ExitPlanMode": (None, ("plan", "planFilePath")),
+    "Edit": ("edits", ("old_string", "new_string", "replace_all")),
+}
+
+
+def sent_tool_input(name: object, value: object) -> object:
+    """A tool call's input as the model produced it and Claude Code sends it back."""
+    rule = INJECTED.get(str(name))
+    if rule is None or not isinstance(value, dict):
+        return value
+    when, fields = rule
+    if when is not None and when not in value:
+        return value
+    return {k: v for k, v in value.items() if k not in fields}

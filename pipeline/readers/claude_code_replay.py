@@ -25,7 +25,12 @@ from pathlib import Path
 from pipeline.fidelity import REDACTED_KEY
 from pipeline.readers import Accepted, ReadItem, Rejected, Skipped
 from pipeline.readers.builder import RolloutBuilder, as_msg, msg
-from pipeline.readers.claude_code_placement import Placement, mark_modes, result_text
+from pipeline.readers.claude_code_placement import (
+    Placement,
+    mark_modes,
+    result_text,
+    sent_tool_input,
+)
 from pipeline.readers.common import BAD_CONTENT, UniqueNames, content_text, reason_of
 from schemas.rollout import Keep, MessageEvent
 
@@ -278,7 +283,7 @@ class _Replay:
                         {
                             "id": block.get("id"),
                             "name": block.get("name"),
-                            "arguments": block.get("input"),
+                            "arguments": sent_tool_input(block.get("name"), block.get("input")),
                         }
                     )
                 else:

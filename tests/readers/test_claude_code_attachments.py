@@ -231,3 +231,46 @@ def test_system_mode_attachments_right_after_a_call_are_a_user_message(tmp_path)
     context = replay(rollout)[2].context
     assert [m.role for m in context[-2:]] == ["assistant", "user"]
     assert context[-1].content.startswith("<system-reminder>\nCalled the Read tool")
+
+
+def test_tool_input_fields_claude_code_injects_are_neither_trained_nor_context(tmp_path):
+    """Claude Code writes the plan it read from disk into ExitPlanMode's input (the model
+    sent ``{}``) and strips it when it sends the history; an Edit with ``edits`` gets the
+    first edit's strings copied up. The call's arguments are what the model produced."""
+    records = [
+        json.loads(x) for x in (CAPTURES / "hooks" / "session.jsonl").read_text().splitlines()
+    ]
+    call = next(r for r in records if r["type"] == "assistant")
+    plan = {"plan": "# Plan\n\nStep one.", "planFilePath": "/home/dev/.claude/plans/p.md"}
+    edit = {"file_path": "a.py", "edits": [{"old_string": "a", "new_string": "b"}]}
+    call["message"]["content"] = [
+        {"type": "tool_use", "id": "toolu_plan", "name": "ExitPlanMode", "input": plan},
+        {
+            "type": "tool_use",
+            "id": "toolu_edit",
+            "name": "Edit",
+            "input": {**edit, "old_string": "a", "new_string": "b"},
+        },
+        {
+            "type": "tool_use",
+            "id": "toolu_bash",
+            "name": "Bash",
+            "input": {"command": "ls", "plan": "x"},
+        },
+        {
+            "type": "tool_use",
+            "id": "toolu_one",
+            "name": "Edit",
+            "input": {"old_string": "a", "new_string": "b"},
+        },
+    ]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (rollout,) = [i.rollout for i in REGISTRY["claude-code"].read(path) if isinstance(i, Accepted)]
+    (first, *_) = rollout.calls()
+    assert [json.loads(c.arguments) for c in first.tool_calls] == [
+        {},
+        edit,
+        {"command": "ls", "plan": "x"},
+        {"old_string": "a", "new_string": "b"},  # a plain Edit: the model's own strings
+    ]
