@@ -34,7 +34,8 @@ def register(sub) -> None:
         "trainable tokens, groups of one) from the Parquet shards with DuckDB, then print "
         "the standard tables: pass rate by number of compactions, summary length "
         "percentiles, tool calls per rollout, seams by kind and source, quarantine "
-        "reasons, and for SFT builds judge corrections and summary audit rates. "
+        "reasons, context fidelity, the second witness per source (share of calls whose "
+        "reported input tokens are checked, share of segments flagged), and for SFT builds judge corrections and summary audit rates. "
         "`seam sql DIR` runs your own queries over the same views.",
     )
     p.add_argument("dir", help="A build directory (with train-*.parquet shards).")
