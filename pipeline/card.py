@@ -150,6 +150,47 @@ def card_header(
     ]
 
 
+def fidelity_lines(counts: dict) -> list[str]:
+    """The card's "Context fidelity" section: segments per ``context_fidelity`` value,
+    the second witness (when some log reported usage) and what ``--exclude-fidelity``
+    left out (docs/data.md, "Context fidelity")."""
+    from pipeline.fidelity import COUNT_PREFIX
+    from pipeline.rows import EXCLUDED, EXCLUDED_PREFIX
+    from pipeline.witness import GAP_REASON, GAP_TOKENS, WITNESSED_CALLS
+
+    lines = [
+        "",
+        "## Context fidelity",
+        "",
+        "| context_fidelity | segments |",
+        "|---|---|",
+        *(
+            f"| {key.removeprefix(COUNT_PREFIX)} | {n} |"
+            for key, n in sorted(counts.items())
+            if key.startswith(COUNT_PREFIX)
+        ),
+    ]
+    if counts.get(WITNESSED_CALLS):
+        lines += [
+            "",
+            f"Second witness: {counts[WITNESSED_CALLS]} of {counts.get('calls', 0)} calls had "
+            "the harness's reported input tokens checked against the rebuilt context; "
+            f"{counts.get(COUNT_PREFIX + GAP_REASON, 0)} segment(s) depart by more than the "
+            f"threshold (`{GAP_REASON}`, {counts.get(GAP_TOKENS, 0)} tokens).",
+        ]
+    if counts.get(EXCLUDED):
+        excluded = ", ".join(
+            f"`{key.removeprefix(EXCLUDED_PREFIX)}` {n}"
+            for key, n in sorted(counts.items())
+            if key.startswith(EXCLUDED_PREFIX)
+        )
+        lines += [
+            "",
+            f"Left out by `--exclude-fidelity`: {counts[EXCLUDED]} segment(s) ({excluded}).",
+        ]
+    return lines
+
+
 def write_card(out: Path, manifest: dict, extra_fields=()) -> None:
     counts = manifest["counts"]
     fields = [*SHARD_SCHEMA, *extra_fields]
@@ -210,6 +251,7 @@ def write_card(out: Path, manifest: dict, extra_fields=()) -> None:
     ]
     for kind, meaning in SEAM_KIND_MEANINGS.items():
         lines.append(f"| `{kind}` | {meaning} | {manifest['seams'].get(kind, 0)} |")
+    lines += fidelity_lines(counts)
     lines += ["", "## Columns", "", "| column | type | meaning |", "|---|---|---|"]
     for f in fields:
         doc = f.metadata[b"doc"].decode().replace("|", "\\|")  # a bare | would split the table cell

@@ -111,6 +111,9 @@ def test_a_record_the_model_saw_and_seam_did_not_is_flagged_counted_and_verified
     assert result.counts[witness.GAP_TOKENS] == 2500
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["fidelity_unexplained_context_gap"] == 1
+    card = (out / "README.md").read_text()
+    assert "Second witness: 4 of 5 calls had the harness's reported input tokens" in card
+    assert "1 segment(s) depart by more than the threshold (`unexplained_context_gap`, 2500" in card
     assert verify_build(out, "all").ok
 
 
@@ -178,6 +181,8 @@ def test_excluding_one_segment_keeps_the_rollouts_other_segments_and_its_advanta
     assert advantages["bad"] > 0 > advantages["good"]
     assert result.counts["excluded_segments"] == 1
     assert result.counts["excluded_fidelity_lost_records"] == 1
+    card = (tmp_path / "ex" / "out" / "README.md").read_text()
+    assert "Left out by `--exclude-fidelity`: 1 segment(s) (`lost_records` 1)." in card
     assert verify_build(tmp_path / "ex" / "out", "all").ok
 
 

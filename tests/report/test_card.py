@@ -62,6 +62,8 @@ def test_card_documents_config_counts_seam_kinds_columns_and_commands(rl_build):
         "seam report",
         "seam export",
         f'load_dataset("{rl_build}", split="train")',
+        "## Context fidelity",
+        "| exact |",
     ):
         assert needle in text, needle
     columns = [line for line in text.splitlines() if line.startswith("| `")]
