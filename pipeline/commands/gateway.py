@@ -23,7 +23,8 @@ def register(sub) -> None:
         "OpenAI-compatible inference engine. Point a harness at "
         "http://HOST:PORT/s/TASK_ID/ROLLOUT_ID (Anthropic clients, e.g. ANTHROPIC_BASE_URL) or "
         "http://HOST:PORT/s/TASK_ID/ROLLOUT_ID/v1 (OpenAI clients). Every completed call is "
-        "appended, fsync'd, to OUT/calls/ROLLOUT_ID.jsonl; post outcomes to "
+        "appended to OUT/calls/ROLLOUT_ID.jsonl before it is answered (fsync'd as "
+        "--durability says); post outcomes to "
         '/s/TASK_ID/ROLLOUT_ID/reward as {"reward": R}. Build with '
         "'seam build-rl OUT/calls --rewards OUT/rewards.jsonl'. Stop with Ctrl-C or SIGTERM.",
     )
@@ -50,6 +51,16 @@ def register(sub) -> None:
         "are browser requests from another Origin and POSTs that are not JSON (415): a web "
         "page cannot use the gateway. With --host 0.0.0.0 the Host is not checked unless "
         "--allow-host is given. See docs/gateway.md.",
+    )
+    p.add_argument(
+        "--durability",
+        choices=["group", "sync", "none"],
+        default="group",
+        help="group (default): each call's line is written before it is answered (survives a "
+        "killed gateway) and fsync'd in background rounds at most 50 ms later (an OS crash or "
+        "power loss loses at most that window); sync: answered only after its line is "
+        "fsync'd, concurrent calls sharing one fsync (survives a power loss); none: never "
+        "fsync'd (survives a killed gateway, not an OS crash).",
     )
     p.add_argument(
         "--token-ids",
@@ -158,6 +169,7 @@ def run(args) -> int:
                 "judge": judge_name or None,
                 "token_ids_mode": args.token_ids,
             },
+            durability=args.durability,
         )
     except RecorderError as exc:
         raise UsageError(str(exc)) from None

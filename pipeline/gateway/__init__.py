@@ -7,7 +7,7 @@ inference engine (vLLM, SGLang, ...):
 harness ──OpenAI chat / Anthropic Messages──▶ gateway ──OpenAI chat──▶ engine
         ◀── response (the Judge's replacement, if any) ──  │
                                                            ▼
-                       OUT/calls/<rollout>.jsonl  (one line per call, fsync'd)
+                       OUT/calls/<rollout>.jsonl  (one line per call, --durability)
                        OUT/corrections.jsonl      (the Judge's executed corrections)
                        OUT/rewards.jsonl          (outcomes posted afterwards)
                        OUT/gateway.json           (upstream, token-id mode, judge)

@@ -1,9 +1,25 @@
-"""Crash-safe collection files: every completed call is one fsync'd line.
+"""Crash-safe collection files: every completed call is one line, written before the
+harness gets its answer and fsync'd as ``--durability`` says.
 
 A call is written as ONE ``write`` of one complete JSON line to a file opened with
-``O_APPEND``, then ``fsync``'d before the harness gets its answer. A ``kill -9`` can
-therefore only cut the line being written (the call in flight): the readers quarantine
-that one line with its reason and keep every call before it. Files are never rewritten.
+``O_APPEND``. What survives what (``--durability``):
+
+- ``group`` (the default): the line is written before the answer is sent, so a killed
+  process (``kill -9``, a crash of the gateway) loses only the call in flight; the kernel
+  still holds the written lines. They reach the disk in background rounds of ``fsync``
+  (one per file written in the round, across all sessions), each round starting at most
+  ``GROUP_WINDOW_S`` (50 ms) after the first write it covers: a power loss or OS crash
+  loses at most the calls answered in that window plus one round's fsync time.
+- ``sync``: the answer is sent only after its line's ``fsync`` returned (a new file's
+  directory too). Concurrent calls share rounds (group commit: the calls written while
+  one round runs are made durable together by the next), so a power loss loses no
+  answered call.
+- ``none``: no ``fsync``; a killed process loses only the call in flight, an OS crash or
+  power loss whatever the kernel had not yet written back (typically up to 30 s).
+
+A ``kill -9`` can only cut the line being written (the call in flight): the readers
+quarantine that one line with its reason and keep every call before it. Files are
+never rewritten.
 
 Layout of ``--out``:
 - ``calls/<rollout_id>.jsonl``: the ``chat-completions`` call log of one session;
@@ -22,6 +38,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,30 +64,155 @@ def check_id(value: str, what: str) -> str:
     return value
 
 
-def _append_line(path: Path, record: dict) -> None:
-    """Append ``record`` as one line. A file whose last line was cut (a kill or a full
-    disk during an earlier write) first gets its newline back: the fragment stays a line
-    of its own, which the readers quarantine with its reason, instead of swallowing this
-    answered call (before, the call was appended to the fragment and lost at build time)."""
-    data = orjson.dumps(record) + b"\n"
+DURABILITY_MODES = ("group", "sync", "none")
+GROUP_WINDOW_S = 0.05  # --durability group: a written line is fsync'd within this (+ a round)
+
+
+def _append_line(path: Path, record: dict, fsync: bool = True) -> bool:
+    """Append ``record`` as one line (``_append_bytes``), fsync'd when ``fsync``."""
+    return _append_bytes(path, orjson.dumps(record) + b"\n", fsync=fsync)
+
+
+def _append_bytes(
+    path: Path,
+    data: bytes,
+    fsync: bool = False,
+    finish: Callable[[bytes], bytes] | None = None,
+) -> bool:
+    """Append ``data`` (one line, newline included) with ONE ``write`` to the file opened
+    ``O_APPEND``; True when the file was new (its directory entry still needs an fsync to
+    survive a power loss). ``finish`` edits the bytes just before the write (the gateway
+    stamps ``gateway_ms`` there, so it includes the record's own serialization).
+
+    A file whose last line was cut (a kill or a full disk during an earlier write) first
+    gets its newline back: the fragment stays a line of its own, which the readers
+    quarantine with its reason, instead of swallowing this answered call (before, the
+    call was appended to the fragment and lost at build time)."""
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data
+        if finish is not None:
+            data = finish(data)
         written = os.write(fd, data)
         while written < len(data):  # a short write (rare): finish the same line
             written += os.write(fd, data[written:])
-        os.fsync(fd)
+        if fsync:
+            os.fsync(fd)
     finally:
         os.close(fd)
+    return size == 0
+
+
+class Syncer:
+    """Makes written lines durable in rounds of ``fsync``, off the event loop.
+
+    ``written(path)`` registers a file that got a line; a background task fsyncs every
+    registered file once per round (one ``fsync`` per file however many calls of however
+    many sessions wrote to it). ``sync`` mode: a round starts as soon as the previous one
+    ends, and ``written`` returns a future that resolves when the round that covers the
+    line has fsync'd it (group commit); ``group`` mode: a round starts ``window_s`` after
+    its first write and nobody waits for it; ``none``: nothing is fsync'd.
+    ``fsync`` is injectable so the tests can watch the order of fsyncs and answers."""
+
+    def __init__(self, mode: str, window_s: float = GROUP_WINDOW_S, fsync=os.fsync):
+        if mode not in DURABILITY_MODES:
+            raise ValueError(f"durability {mode!r}: choose one of {', '.join(DURABILITY_MODES)}")
+        self.mode, self.window_s, self.fsync = mode, window_s, fsync
+        self._dirty: dict[Path, list[asyncio.Future]] = {}
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._closing = False
+        self.rounds = 0
+        self.errors: list[str] = []  # fsync failures (group mode reports them here)
+
+    def written(self, path: Path, new_file: bool = False) -> asyncio.Future | None:
+        if self.mode == "none":
+            return None
+        loop = asyncio.get_running_loop()
+        if self._task is None:
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._run())
+        waiters = self._dirty.setdefault(path, [])
+        if new_file:  # a new file's name is durable once its directory is fsync'd
+            self._dirty.setdefault(path.parent, [])
+        waiter = loop.create_future() if self.mode == "sync" else None
+        if waiter is not None:
+            waiters.append(waiter)
+        assert self._wake is not None
+        self._wake.set()
+        return waiter
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            if self.mode == "group" and not self._closing:
+                await asyncio.sleep(self.window_s)
+            self._wake.clear()  # writes from here on wake the next round
+            await self._round()
+            if self._closing and not self._dirty:
+                return
+
+    async def _round(self) -> None:
+        batch, self._dirty = self._dirty, {}
+        if not batch:
+            return
+        failed = await asyncio.to_thread(self._sync_paths, list(batch))
+        self.rounds += 1
+        for path, waiters in batch.items():
+            for waiter in waiters:
+                if waiter.done():
+                    continue
+                if path in failed:
+                    waiter.set_exception(OSError(f"fsync of {path.name} failed: {failed[path]}"))
+                else:
+                    waiter.set_result(None)
+
+    def _sync_paths(self, paths: list[Path]) -> dict[Path, str]:
+        failed: dict[Path, str] = {}
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    self.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                failed[path] = exc.strerror or str(exc)
+                self.errors.append(f"{path}: {failed[path]}")
+        return failed
+
+    async def drain(self) -> None:
+        """Finish the rounds: fsync what is still pending (the gateway is stopping)."""
+        if self._task is not None:
+            assert self._wake is not None
+            self._closing = True
+            self._wake.set()
+            await self._task
+            self._task, self._closing = None, False
+
+    def drain_blocking(self) -> None:
+        """``drain`` without an event loop (the loop already ended)."""
+        batch, self._dirty = self._dirty, {}
+        if batch:
+            self._sync_paths(list(batch))
 
 
 class Recorder:
     """Owns ``--out`` for one gateway process: the lock, the call logs, the side files."""
 
-    def __init__(self, out: Path, manifest: dict[str, Any]):
+    def __init__(
+        self,
+        out: Path,
+        manifest: dict[str, Any],
+        durability: str = "group",
+        fsync=os.fsync,
+        window_s: float = GROUP_WINDOW_S,
+    ):
         self.out = Path(out)
+        self.syncer = Syncer(durability, window_s, fsync)
         self.calls_dir = self.out / "calls"
         try:
             self.calls_dir.mkdir(parents=True, exist_ok=True)
@@ -91,6 +233,7 @@ class Recorder:
             "format": "seam-gateway/1",
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **manifest,
+            "durability": durability,
             "calls": 0,
             "calls_with_token_ids": 0,
         }
@@ -102,8 +245,13 @@ class Recorder:
         self.write_manifest()
 
     def close(self) -> None:
+        self.syncer.drain_blocking()  # normally drained by the app's cleanup already
         self.write_manifest()
         os.close(self._lock_fd)
+
+    async def drain(self) -> None:
+        """Make every written line durable now (the gateway is stopping)."""
+        await self.syncer.drain()
 
     def write_manifest(self) -> None:
         with self._manifest_lock:
@@ -112,6 +260,9 @@ class Recorder:
     def _write_manifest(self) -> None:
         ids = self.manifest["calls_with_token_ids"]
         calls = self.manifest["calls"]
+        if self.syncer.errors:  # group mode cannot fail a call for it: it is said here
+            self.manifest["fsync_errors"] = len(self.syncer.errors)
+            self.manifest["last_fsync_error"] = self.syncer.errors[-1]
         self.manifest["token_ids"] = (
             "none yet" if not calls else "all" if ids == calls else "none" if not ids else "some"
         )
@@ -124,8 +275,16 @@ class Recorder:
         """Calls of one session are recorded in the order they complete, one at a time."""
         return self._locks.setdefault(rollout_id, asyncio.Lock())
 
-    async def record_call(self, rollout_id: str, record: dict, token_ids: bool) -> None:
-        await asyncio.to_thread(_append_line, self.calls_dir / f"{rollout_id}.jsonl", record)
+    async def record_call(
+        self,
+        rollout_id: str,
+        record: dict,
+        token_ids: bool,
+        finish: Callable[[bytes], bytes] | None = None,
+    ) -> None:
+        """Write the call's line (one write), then wait for its fsync as ``--durability``
+        says: ``sync`` returns once a round fsync'd it; ``group`` and ``none`` at once."""
+        await self._append(self.calls_dir / f"{rollout_id}.jsonl", record, finish)
         self.manifest["calls"] += 1
         self.manifest["calls_with_token_ids"] += int(token_ids)
         # Kept current within a second (not fsync'd: the call logs are the truth, this is
@@ -146,7 +305,7 @@ class Recorder:
             earlier = self._rewards.get(row["rollout_id"])
             if earlier is not None:
                 return earlier
-            await asyncio.to_thread(_append_line, self.out / "rewards.jsonl", row)
+            await self._append(self.out / "rewards.jsonl", row)
             self._rewards[row["rollout_id"]] = row
             return None
 
@@ -165,4 +324,16 @@ class Recorder:
 
     async def record_side(self, name: str, record: dict) -> None:
         async with self._side_lock:
-            await asyncio.to_thread(_append_line, self.out / name, record)
+            await self._append(self.out / name, record)
+
+    async def _append(
+        self, path: Path, record: dict, finish: Callable[[bytes], bytes] | None = None
+    ) -> None:
+        new = await asyncio.to_thread(_write_record, path, record, finish)
+        waiter = self.syncer.written(path, new)
+        if waiter is not None:
+            await waiter
+
+
+def _write_record(path: Path, record: dict, finish: Callable[[bytes], bytes] | None) -> bool:
+    return _append_bytes(path, orjson.dumps(record) + b"\n", finish=finish)

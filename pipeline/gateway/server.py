@@ -194,6 +194,7 @@ class Gateway:
     async def _stop(self, app: web.Application) -> None:
         if self.client is not None:
             await self.client.close()
+        await self.recorder.drain()
         self.recorder.write_manifest()
 
     # ------------------------------------------------------------------ routes
@@ -315,9 +316,14 @@ class Gateway:
                 "response": executed,
                 "seam": seam,
             }
-            seam["gateway_ms"] = round((time.monotonic() - received) * 1000 - upstream_ms, 2)
             token_ids = correction is None and bool(response["choices"][0].get("token_ids"))
-            await self.recorder.record_call(session.rollout_id, record, token_ids)
+            try:
+                await self.recorder.record_call(
+                    session.rollout_id, record, token_ids, _stamp_gateway_ms(received, upstream_ms)
+                )
+            except OSError as exc:  # a full disk, a failed fsync (sync mode): one line
+                self.stats["errors"] += 1
+                return _error(503, f"seam gateway: the call could not be recorded: {exc}", dialect)
             if correction is not None:
                 await self.recorder.record_side("corrections.jsonl", correction)
             line = len(session.calls) + 1
@@ -503,6 +509,20 @@ class Gateway:
         }
         seam["correction"] = {**correction, "original_response": response}
         return executed, correction
+
+
+def _stamp_gateway_ms(received: float, upstream_ms: float):
+    """Set ``seam.gateway_ms`` in the serialized record just before it is written, so it
+    counts everything the gateway did for the call up to the write, the record's own
+    serialization included (it was taken before that, leaving out the largest cost).
+    The record ends with its non-empty ``seam`` object: the bytes end in ``}}\\n``."""
+
+    def finish(data: bytes) -> bytes:
+        ms = (time.monotonic() - received) * 1000 - upstream_ms
+        assert data.endswith(b"}}\n"), "the record must end with its seam object"
+        return data[:-3] + b',"gateway_ms":' + f"{ms:.2f}".encode() + b"}}\n"
+
+    return finish
 
 
 def _dumps(obj) -> str:

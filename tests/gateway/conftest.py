@@ -30,12 +30,14 @@ def model_server(tiny_model_dir):
 class RunningGateway:
     """A ``Gateway`` served on its own event loop thread, as ``seam gateway`` serves it."""
 
-    def __init__(self, out: Path, upstream: str, judge_factory=None, **config):
+    def __init__(
+        self, out: Path, upstream: str, judge_factory=None, recorder_options=None, **config
+    ):
         from pipeline.gateway.recorder import Recorder
         from pipeline.gateway.server import Gateway, GatewayConfig
 
         self.out = out
-        self.recorder = Recorder(out, {"upstream": upstream})
+        self.recorder = Recorder(out, {"upstream": upstream}, **(recorder_options or {}))
         self.gateway = Gateway(
             GatewayConfig(upstream=upstream, **config), self.recorder, judge_factory
         )
@@ -56,8 +58,10 @@ class RunningGateway:
 def start_gateway(tmp_path):
     running = []
 
-    def start(upstream: str, judge_factory=None, name: str = "collect", **config):
-        gw = RunningGateway(tmp_path / name, upstream, judge_factory, **config)
+    def start(
+        upstream: str, judge_factory=None, name: str = "collect", recorder_options=None, **config
+    ):
+        gw = RunningGateway(tmp_path / name, upstream, judge_factory, recorder_options, **config)
         running.append(gw)
         return gw
 

@@ -324,42 +324,57 @@ def test_a_second_gateway_on_the_same_out_is_refused(tmp_path, model_server, sta
 
 
 def test_kill_9_loses_no_completed_call(tmp_path, model_server):
-    out = tmp_path / "collect"
+    """Every --durability mode writes a call's line before answering it: a killed gateway
+    keeps every answered call (what the modes differ in, an OS crash, a kill cannot show).
+    One gateway process per mode, started together (a start costs seconds here)."""
+    modes = ("group", "sync", "none")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "gateway", "--upstream", model_server.url]
-        + ["--out", str(out), "--port", "0"],
-        env=env,
-        stderr=subprocess.PIPE,
-    )
+    procs = {
+        mode: subprocess.Popen(
+            [sys.executable, "-m", "pipeline.cli", "gateway", "--upstream", model_server.url]
+            + ["--out", str(tmp_path / mode), "--port", "0", "--durability", mode],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        for mode in modes
+    }
+    produced: dict[str, list] = {}
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            manifest = out / "gateway.json"
-            if manifest.exists() and "listening" in json.loads(manifest.read_text()):
-                break
-            time.sleep(0.1)
-        url = json.loads((out / "gateway.json").read_text())["listening"]
-        client = openai.OpenAI(base_url=f"{url}/s/t/crash/v1", api_key="none")
-        history = [{"role": "user", "content": "go"}]
-        for _ in range(3):
-            msg = _chat(client, history)
-            history += [
-                {"role": "assistant", "content": msg.content},
-                {"role": "user", "content": "more"},
-            ]
+        for mode in modes:
+            manifest = tmp_path / mode / "gateway.json"
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                if manifest.exists() and "listening" in json.loads(manifest.read_text()):
+                    break
+                time.sleep(0.1)
+            url = json.loads(manifest.read_text())["listening"]
+            client = openai.OpenAI(base_url=f"{url}/s/t/crash/v1", api_key="none")
+            history = [{"role": "user", "content": "go"}]
+            before = len(model_server.produced)
+            for _ in range(3):
+                msg = _chat(client, history)
+                history += [
+                    {"role": "assistant", "content": msg.content},
+                    {"role": "user", "content": "more"},
+                ]
+            produced[mode] = model_server.produced[before:]
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    # A call cut mid-write by the kill: one torn line at the end of the log.
-    with open(out / "calls" / "crash.jsonl", "a") as fh:
-        fh.write('{"session_id": "crash", "request": {"messa')
-    built, result = build_collection(tmp_path, out, rewards=rewards_file(tmp_path, "crash"))
-    assert result.counts["accepted"] == 1 and result.counts["quarantined"] == 1
-    rows = rows_of(built)
-    assert sum(r["num_calls"] for r in rows) == 3
-    trained = [t for r in rows for t in trained_ids(r)]
-    assert trained == [t for p in model_server.produced for t in p.output_ids]
+        for proc in procs.values():
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+    for mode in modes:
+        out = tmp_path / mode
+        # A call cut mid-write by the kill: one torn line at the end of the log.
+        with open(out / "calls" / "crash.jsonl", "a") as fh:
+            fh.write('{"session_id": "crash", "request": {"messa')
+        built, result = build_collection(
+            tmp_path, out, name=f"rl-{mode}", rewards=rewards_file(tmp_path, "crash")
+        )
+        assert result.counts["accepted"] == 1 and result.counts["quarantined"] == 1, mode
+        rows = rows_of(built)
+        assert sum(r["num_calls"] for r in rows) == 3
+        trained = [t for r in rows for t in trained_ids(r)]
+        assert trained == [t for p in produced[mode] for t in p.output_ids], mode
 
 
 def test_a_restarted_gateway_continues_its_sessions(tmp_path, model_server, start_gateway):
