@@ -13,8 +13,10 @@ the model predicts at p, i.e. the token at p+1 of the same segment. ``trainable[
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -48,6 +50,10 @@ class TrainingSegment:
     def num_trainable_tokens(self) -> int:
         return int(self.loss_mask.sum())
 
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
 
 @dataclass(frozen=True)
 class MicroBatch:
@@ -73,97 +79,168 @@ def _list_column(table: pa.Table, name: str, dtype) -> list[np.ndarray | None]:
     return [values[offsets[i] : offsets[i + 1]] if valid[i] else None for i in range(len(array))]
 
 
-def read_segments(shards_dir: str | Path) -> list[TrainingSegment]:
-    """Every row of ``DIR/train-*.parquet``, ordered by rollout (first appearance) and segment."""
+def shard_files(shards_dir: str | Path) -> list[Path]:
+    """``DIR/train-*.parquet`` in name order; a clear error when there is none."""
     files = sorted(Path(shards_dir).glob(SHARD_GLOB))
     if not files:
         raise FileNotFoundError(
             f"{shards_dir}: no {SHARD_GLOB} shards (build them with 'seam build-rl')"
         )
+    return files
+
+
+def segments_from_table(path: Path, table: pa.Table) -> list[TrainingSegment]:
+    """The rows of ``table`` (``COLUMNS`` of a shard at ``path``) as checked segments, in row order."""
+    ids = _list_column(table, "input_ids", np.int64)
+    masks = _list_column(table, "loss_mask", np.bool_)
+    logprobs = _list_column(table, "logprobs", np.float32)
+    meta = table.select(
+        [
+            "rollout_id",
+            "segment_index",
+            "reward",
+            "trainable_tokens_after",
+            "rollout_trainable_tokens",
+        ]
+    ).to_pylist()
     segments: list[TrainingSegment] = []
-    for path in files:
-        table = pq.read_table(path, columns=COLUMNS)
-        ids = _list_column(table, "input_ids", np.int64)
-        masks = _list_column(table, "loss_mask", np.bool_)
-        logprobs = _list_column(table, "logprobs", np.float32)
-        meta = table.select(
-            [
-                "rollout_id",
-                "segment_index",
-                "reward",
-                "trainable_tokens_after",
-                "rollout_trainable_tokens",
-            ]
-        ).to_pylist()
-        for row, tokens, mask, lp in zip(meta, ids, masks, logprobs):
-            if tokens is None or mask is None:
-                raise ValueError(
-                    f"{path}: rollout {row['rollout_id']} segment {row['segment_index']}: "
-                    "input_ids or loss_mask is null"
-                )
-            if mask.shape != tokens.shape or (lp is not None and lp.shape != tokens.shape):
-                raise ValueError(
-                    f"{path}: rollout {row['rollout_id']} segment {row['segment_index']}: "
-                    "input_ids, loss_mask and logprobs differ in length"
-                )
-            if tokens.shape[0] == 0:
-                raise ValueError(
-                    f"{path}: rollout {row['rollout_id']} segment {row['segment_index']}: no tokens"
-                )
-            if mask[0]:
-                # Nothing precedes the first token, so no model can be trained to predict it.
-                raise ValueError(
-                    f"{path}: rollout {row['rollout_id']} segment {row['segment_index']}: "
-                    "the first token is marked trainable"
-                )
-            segments.append(
-                TrainingSegment(
-                    row["rollout_id"],
-                    row["segment_index"],
-                    tokens,
-                    mask,
-                    lp,
-                    float(row["reward"]),
-                    int(row["trainable_tokens_after"]),
-                    int(row["rollout_trainable_tokens"]),
-                )
+    for row, tokens, mask, lp in zip(meta, ids, masks, logprobs):
+        where = f"{path}: rollout {row['rollout_id']} segment {row['segment_index']}"
+        if tokens is None or mask is None:
+            raise ValueError(f"{where}: input_ids or loss_mask is null")
+        if mask.shape != tokens.shape or (lp is not None and lp.shape != tokens.shape):
+            raise ValueError(f"{where}: input_ids, loss_mask and logprobs differ in length")
+        if tokens.shape[0] == 0:
+            raise ValueError(f"{where}: no tokens")
+        if mask[0]:
+            # Nothing precedes the first token, so no model can be trained to predict it.
+            raise ValueError(f"{where}: the first token is marked trainable")
+        segments.append(
+            TrainingSegment(
+                row["rollout_id"],
+                row["segment_index"],
+                tokens,
+                mask,
+                lp,
+                float(row["reward"]),
+                int(row["trainable_tokens_after"]),
+                int(row["rollout_trainable_tokens"]),
             )
+        )
+    return segments
+
+
+def rollout_order(keys: list[tuple[str, int]]) -> list[int]:
+    """Indices of ``(rollout_id, segment_index)`` keys ordered by rollout (first appearance), then segment."""
     first_seen: dict[str, int] = {}
-    for seg in segments:
-        first_seen.setdefault(seg.rollout_id, len(first_seen))
-    return sorted(segments, key=lambda s: (first_seen[s.rollout_id], s.segment_index))
+    for rollout_id, _ in keys:
+        first_seen.setdefault(rollout_id, len(first_seen))
+    return sorted(range(len(keys)), key=lambda i: (first_seen[keys[i][0]], keys[i][1]))
+
+
+def read_segments(shards_dir: str | Path) -> list[TrainingSegment]:
+    """Every row of ``DIR/train-*.parquet``, ordered by rollout (first appearance) and segment.
+
+    Holds the whole build in memory (~10.5 bytes per token); ``trainer/streaming.py``
+    reads one step at a time instead.
+    """
+    segments: list[TrainingSegment] = []
+    for path in shard_files(shards_dir):
+        segments += segments_from_table(path, pq.read_table(path, columns=COLUMNS))
+    order = rollout_order([(s.rollout_id, s.segment_index) for s in segments])
+    return [segments[i] for i in order]
+
+
+class Plannable(Protocol):
+    """What planning needs of a segment: a ``TrainingSegment`` or a ``streaming.SegmentRef``."""
+
+    @property
+    def rollout_id(self) -> str: ...
+
+    @property
+    def num_tokens(self) -> int: ...
+
+
+S = TypeVar("S", bound=Plannable)
+
+
+def epoch_order(segments: Sequence[Plannable], seed: int | None, epoch: int) -> list[int]:
+    """The order of pass ``epoch`` over ``segments`` (grouped by rollout, as read).
+
+    ``seed`` None: the order as read, every epoch. Otherwise whole rollouts are permuted by
+    ``numpy.random.default_rng([seed, epoch])`` (segments of a rollout keep their order
+    and stay together), a different permutation per epoch, the same on every rank.
+    """
+    if seed is None:
+        return list(range(len(segments)))
+    starts = [
+        i
+        for i in range(len(segments))
+        if i == 0 or segments[i].rollout_id != segments[i - 1].rollout_id
+    ]
+    bounds = list(zip(starts, starts[1:] + [len(segments)]))
+    perm = np.random.default_rng([seed, epoch]).permutation(len(bounds))
+    return [i for g in perm for i in range(*bounds[g])]
 
 
 def plan_steps(
-    segments: list[TrainingSegment],
+    segments: Sequence[S],
     rollouts_per_step: int,
     num_steps: int,
     max_step_tokens: int | None = None,
-) -> list[list[TrainingSegment]]:
+    seed: int | None = None,
+) -> list[list[S]]:
     """Consecutive steps over the segments, in rollout order, cycling when the data runs out.
 
     A step takes the next segments until it holds ``rollouts_per_step`` rollouts or the
     next segment would push it past ``max_step_tokens`` (a step has at least one
     segment); the next step resumes there, so a capped rollout finishes in the next
     step. Splitting a rollout is exact: each row carries its own reward and ``N_{>s}``.
+    Each pass over the data follows ``epoch_order(segments, seed, epoch)``. A pure
+    function of its arguments: every rank computes the same plan.
     """
-    steps, cursor = [], 0
+    steps: list[list[S]] = []
+    cursor = 0
+    orders: dict[int, list[int]] = {}
     for _ in range(num_steps):
-        step: list[TrainingSegment] = []
+        step: list[S] = []
         rollouts: set[str] = set()
         tokens = 0
         while len(step) < len(segments):  # never the same segment twice in one step
-            seg = segments[cursor % len(segments)]
+            epoch, at = divmod(cursor, len(segments))
+            if epoch not in orders:
+                orders = {epoch: epoch_order(segments, seed, epoch)}
+            seg = segments[orders[epoch][at]]
             full = seg.rollout_id not in rollouts and len(rollouts) == rollouts_per_step
-            over = max_step_tokens is not None and tokens + seg.input_ids.shape[0] > max_step_tokens
+            over = max_step_tokens is not None and tokens + seg.num_tokens > max_step_tokens
             if step and (full or over):
                 break
             step.append(seg)
             rollouts.add(seg.rollout_id)
-            tokens += seg.input_ids.shape[0]
+            tokens += seg.num_tokens
             cursor += 1
         steps.append(step)
     return steps
+
+
+def pack_bins(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """First-fit-decreasing bins of indices into ``lengths``, each within ``token_budget``.
+
+    A length over the budget gets a bin of its own. Members of a bin are in index order.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    bins: list[list[int]] = []
+    loads: list[int] = []
+    for i in order:
+        for b, load in enumerate(loads):
+            if load + lengths[i] <= token_budget:
+                bins[b].append(i)
+                loads[b] += lengths[i]
+                break
+        else:
+            bins.append([i])
+            loads.append(lengths[i])
+    return [sorted(members) for members in bins]
 
 
 def pack(segments: list[TrainingSegment], token_budget: int) -> list[MicroBatch]:
@@ -172,23 +249,11 @@ def pack(segments: list[TrainingSegment], token_budget: int) -> list[MicroBatch]
     A segment longer than the budget gets a row of its own. ``spans`` refer to the
     segment's index in ``segments``.
     """
-    order = sorted(range(len(segments)), key=lambda i: (-segments[i].input_ids.shape[0], i))
-    bins: list[list[int]] = []
-    loads: list[int] = []
-    for i in order:
-        length = segments[i].input_ids.shape[0]
-        for b, load in enumerate(loads):
-            if load + length <= token_budget:
-                bins[b].append(i)
-                loads[b] += length
-                break
-        else:
-            bins.append([i])
-            loads.append(length)
-    return [_pack_row([(i, segments[i]) for i in sorted(members)]) for members in bins]
+    bins = pack_bins([s.num_tokens for s in segments], token_budget)
+    return [pack_row([(i, segments[i]) for i in members]) for members in bins]
 
 
-def _pack_row(members: list[tuple[int, TrainingSegment]]) -> MicroBatch:
+def pack_row(members: list[tuple[int, TrainingSegment]]) -> MicroBatch:
     ids, pos, targets, trainable, old, spans = [], [], [], [], [], []
     start = 0
     for index, seg in members:

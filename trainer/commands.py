@@ -59,9 +59,10 @@ def run_train_step(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from trainer.batching import plan_steps, read_segments
+    from trainer.batching import plan_steps
     from trainer.models import Critic, load_policy
     from trainer.ppo import PPOConfig, PPOTrainer
+    from trainer.streaming import build_index, read_rows
 
     _check_model_dir("--model", args.model)
     _check_model_dir("--critic", args.critic or args.model)
@@ -89,7 +90,9 @@ def run_train_step(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     try:
-        segments = read_segments(args.shards)
+        index = build_index(
+            args.shards
+        )  # sizes and places only; a step's rows are read when it runs
     except (FileNotFoundError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     _quiet_transformers()
@@ -101,12 +104,6 @@ def run_train_step(args) -> int:
         device,
     )
     vocab = trainer.policy.get_input_embeddings().num_embeddings
-    top = max(int(s.input_ids.max()) for s in segments)
-    if top >= vocab:
-        raise UsageError(
-            f"the shards hold token id {top} but {args.model} has a vocabulary of {vocab}: "
-            "build the shards with the model's tokenizer"
-        )
 
     console = Console()
     if (
@@ -119,16 +116,27 @@ def run_train_step(args) -> int:
         else []
     )
     console.print(
-        f"[bold]seam train-step[/]: {len(segments)} segments from {args.shards}, model {args.model}, "
+        f"[bold]seam train-step[/]: {len(index.segments)} segments from {args.shards}, model {args.model}, "
         f"device {device}, λ "
         f"{f'adaptive per {args.lambda_rule} (α={args.alpha:g})' if args.lam is None else args.lam}, "
         f"{config.critic_updates} critic updates per policy update"
     )
-    for index, step in enumerate(
-        plan_steps(segments, args.rollouts_per_step, args.steps, args.max_step_tokens)
-    ):
-        metrics = trainer.step(step)
-        table = Table(show_header=index == 0, box=None, pad_edge=False)
+    plan = plan_steps(
+        index.segments, args.rollouts_per_step, args.steps, args.max_step_tokens, args.shuffle_seed
+    )
+    for number, step in enumerate(plan):
+        try:
+            segments = read_rows(index, step)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        top = max(int(s.input_ids.max()) for s in segments)
+        if top >= vocab:
+            raise UsageError(
+                f"the shards hold token id {top} but {args.model} has a vocabulary of {vocab}: "
+                "build the shards with the model's tokenizer"
+            )
+        metrics = trainer.step(segments)
+        table = Table(show_header=number == 0, box=None, pad_edge=False)
         for header, width, _ in columns:
             table.add_column(header, width=width, justify="right", no_wrap=True)
         table.add_row(*(fmt(metrics) for _, _, fmt in columns))
@@ -194,6 +202,12 @@ def register(sub) -> None:
         "--max-step-tokens",
         type=int,
         help="Cap a step's tokens; the rest of a rollout moves to the next step (default: no cap).",
+    )
+    p.add_argument(
+        "--shuffle-seed",
+        type=int,
+        help="Shuffle whole rollouts, a new permutation per pass over the data, from this seed "
+        "(default: shard order).",
     )
     p.add_argument(
         "--micro-batch-tokens",
