@@ -44,7 +44,8 @@ def test_the_factor_is_per_model_and_unknown_models_get_one():
     assert witness.factor("claude-opus-4-6") == 1.18
     assert witness.factor("claude-opus-4-5-20251101") == 1.12
     assert witness.factor("gpt-5.3-codex") == 1.0
-    assert witness.factor(None) == witness.factor("llama") == witness.DEFAULT_FACTOR
+    assert witness.factor(None) == witness.factor("llama") == witness.DEFAULT_FACTOR == 1.0
+    assert witness.pairs([0, 10000], [0, 10000], "llama")[0].excess == 0
     # 10000 rebuilt tokens are 11800 harness tokens for claude-opus-4-6: no excess
     assert witness.pairs([0, 10000], [0, 11800], "claude-opus-4-6")[0].excess == 0
 

@@ -59,7 +59,13 @@ TARGETS: dict[str, list[str]] = {
         "tests/test_mask_options.py",
         "tests/test_build.py::test_trainable_tokens_after_and_loss_weights_are_consistent",
         "tests/test_build.py::test_shards_load_unchanged_in_datasets_polars_and_duckdb",
+        "tests/test_witness.py::test_excluded_segments_are_counted_and_their_rollout_keeps_its_vote",
+        "tests/test_witness.py::test_excluding_one_segment_keeps_the_rollouts_other_segments_and_its_advantage",
+        "tests/test_witness.py::test_a_session_whose_usage_agrees_stays_exact",
+        "tests/test_witness.py::test_a_record_the_model_saw_and_seam_did_not_is_flagged_counted_and_verified",
+        "tests/test_fidelity_vocabulary.py::test_a_rollout_naming_an_unknown_reason_is_quarantined_with_the_reason",
     ],
+    "pipeline/witness.py": ["tests/test_witness.py"],
     "pipeline/advantage.py": [
         PROPS + "test_group_advantage_hand_computed",
         PROPS + "test_group_advantage_with_the_sample_std_hand_computed",
