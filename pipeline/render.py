@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import orjson
@@ -202,6 +203,8 @@ class ChatRenderer:
         fresh: dict[str, np.ndarray] = {}
         for batch in _batches(todo, ENCODE_BATCH_CHARS):
             fresh.update(zip(batch, self._encode_batch(batch)))
+            if sum(map(len, batch)) >= ENCODE_BATCH_CHARS:
+                release_free_memory()
         out = [fresh[t] if t in fresh else cache[t] for t in texts]
         for t, ids in fresh.items():
             ids.flags.writeable = False  # shared by every later caller: never edited in place
@@ -243,6 +246,27 @@ class ChatRenderer:
         prompt = self.render(ctx, tools, True)
         generated, _ = self.output_text(template_message(call), tools, ctx)
         return self.encode(prompt).tolist(), self.encode(generated).tolist()
+
+
+def release_free_memory() -> None:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim``; nothing
+    elsewhere). Tokenizing a long text allocates and frees ~130 bytes per character in
+    many small pieces: the freed memory stays mapped, fragmented, and the next long
+    text's pieces do not all fit in it, so without this ten 5 MB messages grew a
+    worker's RSS by ~1 GB more than one does."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None  # libc.malloc_trim once looked up; False where there is none
 
 
 def _batches(texts: list[str], budget: int) -> Iterator[list[str]]:
