@@ -81,6 +81,22 @@ class TaskQuarantine:
         atomic_write(path, lambda tmp: Path(tmp).write_bytes(b"".join(self.lines)), private=True)
 
 
+class StreamQuarantine(TaskQuarantine):
+    """A quarantine written as it goes (``seam ingest``, one process): the whole file's
+    caps are one task's share, and each kept line goes straight to ``handle``."""
+
+    def __init__(self, handle, limits: Limits):
+        super().__init__(Share.of(limits, 1))
+        self._handle = handle
+        self.written = 0
+
+    def add_line(self, line: bytes) -> None:
+        super().add_line(line)
+        if self.lines:  # kept: write it now, hold nothing
+            self._handle.write(self.lines.pop().decode())
+            self.written += 1
+
+
 def merge_quarantine(
     parts: Sequence[Path], dest: Path, limits: Limits, extra: Sequence[bytes] = ()
 ) -> tuple[int, int]:

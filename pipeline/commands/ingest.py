@@ -103,8 +103,10 @@ def _ingest(tasks, args, rewards, stats: _Stats, quarantine) -> Iterator:
     group twice."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from pipeline import limits
     from pipeline.intake import ACCEPTED, QUARANTINED, iter_records
     from pipeline.progress import console
+    from pipeline.quarantine import NOT_WRITTEN, StreamQuarantine
     from pipeline.readers.rewards import apply_rewards
 
     show = not args.no_progress and sys.stderr.isatty()
@@ -119,10 +121,15 @@ def _ingest(tasks, args, rewards, stats: _Stats, quarantine) -> Iterator:
     first_seen: dict[str, str] = {}
     options = {"group_by": args.group_by} if args.group_by else {}
 
+    # Bounded like a build's (pipeline/quarantine.py): five million "{}" lines fit in a
+    # 38 KB .jsonl.zst; past the caps entries are counted (quarantine_not_written).
+    bounded = StreamQuarantine(quarantine, limits.current())
+
     def reject(path, fmt, line, reason, raw) -> None:
         entry = {"file": str(path), "line": line, "format": fmt, "reason": reason}
-        entry["raw"] = raw or ""
-        quarantine.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        before = bounded.not_written
+        bounded.add(entry, raw or "")
+        stats.total[NOT_WRITTEN] += bounded.not_written - before
 
     with Progress(*columns, console=console, disable=not show) as progress:
         bar = progress.add_task("ingest", total=len(tasks), file="", rollouts=0)
@@ -306,6 +313,12 @@ class _Stats:
             f"wrote {self.total['accepted']:,} rollouts to {out / 'rollouts.parquet'}, "
             f"{self.total['rejected']:,} quarantined records to {out / 'quarantine.jsonl'}"
         )
+        if self.total.get("quarantine_not_written"):
+            console.print(
+                f"{self.total['quarantine_not_written']:,} quarantine entries not written "
+                "(past its caps, --max-quarantine-entries/--max-quarantine-mb; counted in "
+                "ingest.json)"
+            )
 
 
 def _short(name: str) -> str:
@@ -318,7 +331,11 @@ def _short(name: str) -> str:
 
 
 def register(sub) -> None:
-    from pipeline.commands.build_rl import add_group_by_argument, add_limit_arguments
+    from pipeline.commands.build_rl import (
+        add_group_by_argument,
+        add_limit_arguments,
+        add_quarantine_arguments,
+    )
     from pipeline.readers import REGISTRY
 
     formats = "\n".join(
@@ -359,6 +376,7 @@ def register(sub) -> None:
     )
     add_group_by_argument(p)
     add_limit_arguments(p)
+    add_quarantine_arguments(p)
     p.add_argument(
         "--overwrite",
         action="store_true",

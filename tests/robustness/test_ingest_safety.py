@@ -95,3 +95,25 @@ def test_lines_left_unaccounted_for_fail_the_ingest(tmp_path, capsys):
         del REGISTRY[_LossyReader.name]
     assert code == 1
     assert "2 input line(s) ended in no rollout" in capsys.readouterr().err
+
+
+def test_a_flood_of_bad_lines_leaves_a_bounded_ingest_quarantine(tmp_path, capsys):
+    """seam ingest wrote every entry with its raw text, without caps (the build's were
+    added first): 20,000 ``{}`` lines now leave a sample within the caps and the exact
+    count of the rest in ingest.json."""
+    from tests.robustness.test_memory_bombs import _good, _write_zst
+
+    rng = random.Random(3)
+    flood = 20_000
+    path = tmp_path / "flood.jsonl.zst"
+    _write_zst(path, [_good(rng, "first"), b"{}\n" * flood, _good(rng, "last")])
+    out = tmp_path / "out"
+    caps = ["--max-quarantine-entries", "300", "--max-quarantine-mb", "0.0625"]
+    assert ingest(path, "--out", out, *caps) == 0
+    written = (out / "quarantine.jsonl").read_bytes()
+    entries = written.count(b"\n")
+    assert 0 < entries <= 300 and len(written) <= 64 << 10
+    total = json.loads((out / "ingest.json").read_text())["total"]
+    assert total["rejected"] == flood and total["accepted"] == 2
+    assert total["quarantine_not_written"] == flood - entries
+    assert f"{flood - entries:,} quarantine entries not written" in capsys.readouterr().out
