@@ -23,7 +23,7 @@ OUTPUT_IDS = list(range(1000, 1064))
 TOKENS_PER_MESSAGE = 100
 
 
-def answer(body: dict) -> dict:
+def answer(body: dict, tokens_per_message: int = TOKENS_PER_MESSAGE) -> dict:
     """The engine's answer to one chat-completions request ``body``."""
     out: dict = {
         "id": "chatcmpl-stub",
@@ -38,7 +38,7 @@ def answer(body: dict) -> dict:
         ],
         "usage": {"prompt_tokens": 0, "completion_tokens": len(OUTPUT_IDS)},
     }
-    prompt = TOKENS_PER_MESSAGE * len(body.get("messages") or [])
+    prompt = tokens_per_message * len(body.get("messages") or [])
     out["usage"]["prompt_tokens"] = prompt
     if body.get("return_token_ids"):
         out["prompt_token_ids"] = list(range(prompt))
@@ -49,12 +49,16 @@ def answer(body: dict) -> dict:
     return out
 
 
-def make_app(delay_ms: float = 0.0) -> web.Application:
+def make_app(
+    delay_ms: float = 0.0, tokens_per_message: int = TOKENS_PER_MESSAGE
+) -> web.Application:
     async def chat(request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
-        return web.Response(body=orjson.dumps(answer(body)), content_type="application/json")
+        return web.Response(
+            body=orjson.dumps(answer(body, tokens_per_message)), content_type="application/json"
+        )
 
     app = web.Application(client_max_size=1 << 28)
     app.router.add_post("/v1/chat/completions", chat)

@@ -63,6 +63,31 @@ def register(sub) -> None:
         "fsync'd (survives a killed gateway, not an OS crash).",
     )
     p.add_argument(
+        "--log",
+        choices=["delta", "full"],
+        default="delta",
+        help="delta (default): a call that extends its session's previous call is stored as "
+        "the messages and prompt ids it adds, with a full record at least every --full-every "
+        "calls (the log grows about linearly, not with the square of the session); full: "
+        "every call's whole request and prompt ids. Both build the same rows.",
+    )
+    p.add_argument(
+        "--full-every",
+        type=int,
+        default=32,
+        metavar="K",
+        help="With --log delta, a full record at least every K calls of a session (default "
+        "32): a cut or unreadable line costs at most the calls up to the next full record.",
+    )
+    p.add_argument(
+        "--client-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="A client connection that sends no whole request within S seconds (idle, or "
+        "trickling its headers or body) is closed (default 60).",
+    )
+    p.add_argument(
         "--token-ids",
         choices=["auto", "on", "off"],
         default="auto",
@@ -148,6 +173,8 @@ def run(args) -> int:
         if not args.judge.startswith(("http://", "https://")):
             raise UsageError(f"--judge {judge_name!r}: give 'rules' or an http(s) URL")
         judge_factory = lambda client: HttpJudge(args.judge, client, args.judge_timeout)  # noqa: E731
+    if args.full_every < 1 or args.client_timeout <= 0:
+        raise UsageError("--full-every must be 1 or more and --client-timeout positive")
     if args.upstream_connections < 0 or args.max_response_mb <= 0:
         raise UsageError("--upstream-connections must be 0 or more and --max-response-mb positive")
     config = GatewayConfig(
@@ -160,6 +187,9 @@ def run(args) -> int:
         api_key=api_key,
         listen_host=args.host,
         allow_hosts=tuple(args.allow_host),
+        log=args.log,
+        full_every=args.full_every,
+        client_timeout_s=args.client_timeout,
     )
     try:
         recorder = Recorder(
@@ -168,6 +198,7 @@ def run(args) -> int:
                 "upstream": upstream,
                 "judge": judge_name or None,
                 "token_ids_mode": args.token_ids,
+                "log": args.log if args.log == "full" else f"delta, full every {args.full_every}",
             },
             durability=args.durability,
         )
@@ -181,7 +212,10 @@ def run(args) -> int:
 
 
 async def _serve(web, gateway, recorder, host: str, port: int) -> int:
-    runner = web.AppRunner(gateway.app(), access_log=None)
+    # keepalive_timeout closes a connection idle (or trickling its headers) that long.
+    runner = web.AppRunner(
+        gateway.app(), access_log=None, keepalive_timeout=gateway.config.client_timeout_s
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     try:

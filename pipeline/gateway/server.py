@@ -23,6 +23,7 @@ recognises a summary call afterwards, when its text reappears in the next contex
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import math
@@ -53,6 +54,8 @@ from pipeline.gateway.dialects import (
 from pipeline.gateway.judging import JudgeFailed, LoopJudge
 from pipeline.gateway.recorder import Recorder, check_id
 from pipeline.limits import check_depth
+from pipeline.readers import call_delta
+from pipeline.readers.call_delta import FULL_EVERY
 
 DEFAULT_SUMMARY_PROMPTS = (
     r"create a detailed summary of the conversation",  # Claude Code /compact and auto-compact
@@ -80,14 +83,31 @@ class GatewayConfig:
     upstream_connections: int = 0
     upstream_connect_timeout_s: float = 30.0
     max_response_bytes: int = 64 * 1024 * 1024  # an engine answer larger is a 502
+    # The call log (pipeline/readers/call_delta.py): "delta" stores a call as what it adds
+    # to the previous call of its session, with a full record at least every full_every.
+    log: str = "delta"
+    full_every: int = FULL_EVERY
+    # A client connection that sends no whole request for this long is closed (idle, or
+    # trickling its headers: aiohttp's keep-alive timer), and a body must arrive within it.
+    client_timeout_s: float = 60.0
 
 
 @dataclass
 class Session:
+    """What the gateway keeps of a session between its calls: what the online marking and
+    the next delta record need (the last delivered call, whole; its messages normalized),
+    not every record (memory grew with everything ever logged: 630 → 1,852 MB over 1,200
+    calls). ``calls`` holds the records only for a judge, which reviews the whole session."""
+
     rollout_id: str
     task_id: str
+    loaded: bool = False  # the call log of an earlier gateway process was read
     calls: list[tuple[int, dict, str]] = field(default_factory=list)  # (line, record, raw)
     previous: list[dict] | None = None  # last request's messages + its response
+    base: dict | None = None  # the last delivered call's full record (a delta's base)
+    base_call: int | None = None  # its seam.call
+    next_call: int = 1  # seam.call of the next record
+    since_full: int = 0  # delta records since the chain's full record
 
 
 def _norm(msg: dict) -> dict:
@@ -265,7 +285,10 @@ class Gateway:
         received = time.monotonic()
         try:
             session = self._session(request)
-            raw = await request.read()
+            try:  # a trickling body is dropped (3,000 such connections were held for 90 s)
+                raw = await asyncio.wait_for(request.read(), self.config.client_timeout_s)
+            except TimeoutError:
+                return _error(408, "the request body did not arrive in time", dialect)
             body = orjson.loads(raw)
             if not isinstance(body, dict):
                 raise DialectError("the request body must be a JSON object")
@@ -281,8 +304,9 @@ class Gateway:
         include_usage = bool((upstream_body.pop("stream_options", None) or {}).get("include_usage"))
         asked = {k for k in TOKEN_ID_PARAMS if upstream_body.get(k)}
         async with self.recorder.session_lock(session.rollout_id):
-            if not session.calls:
-                self._load(session)
+            if not session.loaded:  # lazily, off the event loop: other sessions go on
+                await asyncio.to_thread(self._load, session)
+                session.loaded = True
             status, response, upstream_ms = await self._forward(upstream_body)
             if status != 200:
                 self.stats["errors"] += 1
@@ -317,19 +341,30 @@ class Gateway:
                 "seam": seam,
             }
             token_ids = correction is None and bool(response["choices"][0].get("token_ids"))
+            seam["call"] = number = session.next_call
+            # The client gave up while the engine worked (a harness timeout): nobody sees
+            # this answer, and the harness's retry must not read as a rewrite of it.
+            delivered = not _client_gone(request)
+            if not delivered:
+                seam["delivered"] = False
+            stored = self._stored(session, record)
             try:
                 await self.recorder.record_call(
-                    session.rollout_id, record, token_ids, _stamp_gateway_ms(received, upstream_ms)
+                    session.rollout_id, stored, token_ids, _stamp_gateway_ms(received, upstream_ms)
                 )
             except OSError as exc:  # a full disk, a failed fsync (sync mode): one line
                 self.stats["errors"] += 1
                 return _error(503, f"seam gateway: the call could not be recorded: {exc}", dialect)
+            session.next_call += 1
             if correction is not None:
                 await self.recorder.record_side("corrections.jsonl", correction)
-            line = len(session.calls) + 1
-            session.calls.append((line, record, ""))
-            final = dict(executed["choices"][0].get("message") or candidate)
-            session.previous = [_norm(m) for m in messages] + [_norm(final)]
+            if delivered:
+                session.since_full = 0 if stored is record else session.since_full + 1
+                session.base, session.base_call = record, number
+                if self.judge is not None:
+                    session.calls.append((number, record, ""))
+                final = dict(executed["choices"][0].get("message") or candidate)
+                session.previous = [_norm(m) for m in messages] + [_norm(final)]
             self.stats["calls"] += 1
         if stream:
             return await _stream(request, reply)
@@ -357,22 +392,45 @@ class Gateway:
             )
         return session
 
+    def _stored(self, session: Session, record: dict) -> dict:
+        """The record as the log stores it: whole, or as a delta to the session's last
+        delivered call (pipeline/readers/call_delta.py), whole at least every full_every."""
+        if self.config.log == "full" or session.since_full + 1 >= self.config.full_every:
+            return record
+        return call_delta.encode(record, session.base, session.base_call)
+
     def _load(self, session: Session) -> None:
-        """A session the gateway saw before a restart: continue its call log."""
+        """A session the gateway saw before a restart: continue its call log. Run in a
+        thread on the session's first call (not every file at startup, on the event loop:
+        a restart on 532 MB of logs answered its first calls after 14-20 s). Only the
+        last delivered call is kept (and every call, for a judge)."""
         path = self.recorder.calls_dir / f"{session.rollout_id}.jsonl"
         if not path.exists():
             return
-        for line, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            try:
-                record = json.loads(raw)
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash: the reader quarantines it
-            session.calls.append((line, record, raw))
-        if session.calls:
-            last = session.calls[-1][1]
-            messages = (last.get("request") or {}).get("messages") or []
-            final = ((last.get("response") or {}).get("choices") or [{}])[0].get("message") or {}
-            session.previous = [_norm(m) for m in messages] + [_norm(final)]
+        resolver = call_delta.Resolver()
+        with path.open("rb") as fh:
+            for line, raw in enumerate(fh, start=1):
+                try:
+                    record = orjson.loads(raw)
+                    if not isinstance(record, dict):
+                        continue
+                    full = resolver.resolve(record)
+                except ValueError:
+                    continue  # a cut line, or a delta whose base was: the reader says so
+                number = call_delta.call_number(record)
+                if number is not None:
+                    session.next_call = max(session.next_call, number + 1)
+                if not call_delta.delivered(full):
+                    continue
+                resolver.accept(full)
+                session.since_full = session.since_full + 1 if call_delta.is_delta(record) else 0
+                session.base, session.base_call = full, number
+                if self.judge is not None:
+                    session.calls.append((line, full, ""))
+        if session.base is not None:
+            messages = (session.base.get("request") or {}).get("messages") or []
+            answer = call_delta._answer_message(session.base.get("response") or {}) or {}
+            session.previous = [_norm(m) for m in messages] + [_norm(answer)]
 
     def _is_summary_request(self, body: dict) -> bool:
         users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
@@ -632,6 +690,12 @@ def _error(status: int, message: str, dialect: str = "openai") -> web.Response:
     else:
         body = {"error": {"message": message, "type": "invalid_request_error"}}
     return web.json_response(body, status=status)
+
+
+def _client_gone(request: web.Request) -> bool:
+    """The client closed its connection (aiohttp drops the transport when it does)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 async def _stream(request: web.Request, events: Iterable[bytes]) -> web.StreamResponse:

@@ -12,7 +12,9 @@ logs it: the request (``request`` or ``body``, or the record itself: ``messages`
 ``tools``, sampling parameters) and the response (``response`` or the record:
 ``choices[0].message``, optional ``logprobs``, vLLM ``prompt_token_ids`` and
 ``choices[0].token_ids``; ``task_id`` and a ``seam`` object as ``seam gateway`` writes
-them: ``seam.kind == "summary"`` marks a summary call). Calls are grouped into rollouts by the ``group_by`` field (a
+them: ``seam.kind == "summary"`` marks a summary call, ``seam.delivered == false`` a call
+whose client was gone (skipped); its delta records, which store what a call adds to the
+previous call of its session, are rebuilt whole first: ``pipeline/readers/call_delta.py``). Calls are grouped into rollouts by the ``group_by`` field (a
 dotted path, ``--group-by`` on the command line); without one, by the first field
 found among ``DEFAULT_GROUP_FIELDS``, else by the first system and user message. In a
 group, each request is compared with the live context (previous request plus its
@@ -27,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.readers import Accepted, Reader, ReadItem, Rejected, register
+from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, call_delta, register
 from pipeline.readers.builder import OPENAI_ROLES, Msg, RolloutBuilder, openai_message
 from pipeline.readers.common import (
     BAD_CONTENT,
@@ -54,6 +56,9 @@ DEFAULT_GROUP_FIELDS = (
     "body.metadata.session_id",
     "request.user",
     "body.user",
+)
+UNDELIVERED = (
+    "call not delivered: the client was gone before its answer was sent (seam.delivered false)"
 )
 FINISH = {
     "stop": "stop",
@@ -192,6 +197,8 @@ class ChatCompletionsReader(Reader):
             return False
         request = rec.get("request") or rec.get("body") or rec
         response = rec.get("response") or rec
+        if call_delta.is_delta(rec):  # a seam gateway log whose first full line was lost
+            request = {"messages": rec["request_delta"].get("messages")}
         return (
             isinstance(request, dict)
             and isinstance(request.get("messages"), list)
@@ -201,9 +208,22 @@ class ChatCompletionsReader(Reader):
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         groups: dict[str, list[tuple[int | None, dict, str]]] = {}
+        resolvers: dict[str, call_delta.Resolver] = {}  # per session of a seam gateway log
         for line, rec, error, raw in iter_json_records(path):
             if error:
                 yield Rejected(line, error, raw)
+                continue
+            if call_delta.call_number(rec) is not None or call_delta.is_delta(rec):
+                # seam gateway numbers its calls and may store one as a delta to its base.
+                resolver = resolvers.setdefault(str(rec.get("session_id")), call_delta.Resolver())
+                try:
+                    rec = resolver.resolve(rec)
+                except BAD_CONTENT as exc:
+                    yield Rejected(line, reason_of(exc), raw)
+                    continue
+                resolver.accept(rec)
+            if not call_delta.delivered(rec):
+                yield Skipped(line, UNDELIVERED)
                 continue
             try:
                 key = self._group(rec)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import orjson
 
 from pipeline.build import BuildConfig, run_build
 
@@ -31,3 +32,16 @@ def rows_of(out: Path) -> list[dict]:
 
 def trained_ids(row: dict) -> list[int]:
     return [t for t, m in zip(row["input_ids"], row["loss_mask"]) if m]
+
+
+def calls_of(log: Path) -> list[dict]:
+    """A gateway call log's records, whole: delta records resolved against their base
+    (pipeline/readers/call_delta.py), as the build reads them."""
+    from pipeline.readers.call_delta import Resolver
+
+    resolver, out = Resolver(), []
+    for line in log.read_bytes().splitlines():
+        full = resolver.resolve(orjson.loads(line))
+        resolver.accept(full)
+        out.append(full)
+    return out

@@ -41,7 +41,9 @@ class RunningGateway:
         self.gateway = Gateway(
             GatewayConfig(upstream=upstream, **config), self.recorder, judge_factory
         )
-        self._served = ThreadedApp(self.gateway.app())
+        self._served = ThreadedApp(
+            self.gateway.app(), keepalive_timeout=self.gateway.config.client_timeout_s
+        )
         self.url = self._served.url
 
     def base(self, task: str, rollout: str) -> str:

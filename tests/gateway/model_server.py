@@ -15,6 +15,7 @@ vLLM's hermes parser returns them. Every completion is kept in ``produced``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -45,6 +46,7 @@ class ModelServer:
     reject_token_id_params: bool = False  # behave like an engine without token ids
     max_prompt_tokens: int | None = None  # answer 400 over this, as vLLM does past max_model_len
     max_new_tokens: int = 5
+    delay_s: float = 0.0  # seconds before answering (a client may give up meanwhile)
     produced: list[Produced] = field(default_factory=list)
     script: deque = field(default_factory=deque)  # scripted output texts, used first
     url: str = ""
@@ -76,6 +78,8 @@ class ModelServer:
 
     async def _chat(self, request):
         body = await request.json()
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         if self.reject_token_id_params and "return_token_ids" in body:
             return web.json_response(
                 {"error": {"message": "unknown parameter: return_token_ids"}}, status=400

@@ -10,7 +10,8 @@ from aiohttp import web
 
 
 class ThreadedApp:
-    def __init__(self, app: web.Application):
+    def __init__(self, app: web.Application, **runner_options):
+        self._runner_options = runner_options
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(app, ready), daemon=True)
         self._thread.start()
@@ -18,7 +19,7 @@ class ThreadedApp:
 
     def _run(self, app: web.Application, ready: threading.Event) -> None:
         async def main():
-            runner = web.AppRunner(app, access_log=None)
+            runner = web.AppRunner(app, access_log=None, **self._runner_options)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0).start()
             self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"

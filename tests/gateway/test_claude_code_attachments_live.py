@@ -15,6 +15,7 @@ import pytest
 
 from pipeline.readers import REGISTRY, Accepted
 from schemas.replay import replay
+from tests.gateway.builds import calls_of
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("SEAM_CLAUDE_CLI"),
@@ -82,7 +83,7 @@ def test_claude_code_attachments_through_the_gateway_are_the_context_seam_rebuil
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    calls = [json.loads(x) for x in (gw.out / "calls" / "cc-att.jsonl").read_text().splitlines()]
+    calls = calls_of(gw.out / "calls" / "cc-att.jsonl")
     sent = [(m["role"], m.get("content") or "") for m in calls[-1]["request"]["messages"]]
     sent = [(r, c) for r, c in sent if not (r == "system" and c is sent[0][1])]  # system prompt
     (session,) = (home / ".claude" / "projects").glob("*/*.jsonl")

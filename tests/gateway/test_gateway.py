@@ -17,7 +17,7 @@ import pytest
 import requests
 from aiohttp import web
 
-from tests.gateway.builds import build_collection, rewards_file, rows_of, trained_ids
+from tests.gateway.builds import build_collection, calls_of, rewards_file, rows_of, trained_ids
 from tests.gateway.serving import ThreadedApp
 
 openai = pytest.importorskip("openai")
@@ -62,7 +62,7 @@ def test_openai_session_is_recorded_token_exact_and_its_compaction_is_a_seam(
     assert texts == [p.text for p in model_server.produced]
     requests.post(gw.base("task-1", "run-a") + "/reward", json={"reward": 1.0})
 
-    calls = [json.loads(x) for x in (gw.out / "calls" / "run-a.jsonl").read_text().splitlines()]
+    calls = calls_of(gw.out / "calls" / "run-a.jsonl")
     assert len(calls) == 4
     assert [c["seam"]["extends_previous"] for c in calls] == [None, True, True, False]
     assert [c["seam"].get("kind") for c in calls] == [None, None, "summary", None]
@@ -96,7 +96,7 @@ def test_the_harness_gets_only_the_fields_it_asked_for(model_server, start_gatew
     ).json()
     assert "prompt_token_ids" not in raw and "token_ids" not in raw["choices"][0]
     assert "logprobs" not in raw["choices"][0]
-    recorded = json.loads((gw.out / "calls" / "r.jsonl").read_text())
+    recorded = calls_of(gw.out / "calls" / "r.jsonl")[0]
     assert recorded["response"]["choices"][0]["logprobs"]["content"]
 
 
@@ -154,7 +154,7 @@ def test_anthropic_client_with_tools_streaming_and_not(tmp_path, model_server, s
     assert "".join(b.text for b in streamed.content if b.type == "text") == (
         model_server.produced[-1].text
     )
-    calls = [json.loads(x) for x in (gw.out / "calls" / "claude.jsonl").read_text().splitlines()]
+    calls = calls_of(gw.out / "calls" / "claude.jsonl")
     assert calls[1]["seam"] == {
         **calls[1]["seam"],
         "dialect": "anthropic",
@@ -247,7 +247,7 @@ def test_the_judge_replaces_a_summary_before_the_harness_sees_it(
         "omission",
     )
     assert c["original"] == model_server.produced[2].text and c["replacement"] == replacement
-    calls = [json.loads(x) for x in (gw.out / "calls" / "judged.jsonl").read_text().splitlines()]
+    calls = calls_of(gw.out / "calls" / "judged.jsonl")
     assert calls[2]["response"]["choices"][0]["message"]["content"] == replacement
     assert calls[2]["seam"]["correction"]["original_response"]["choices"][0]["token_ids"]
 
@@ -276,7 +276,7 @@ def test_a_failing_judge_lets_the_original_through_and_says_why(mode, model_serv
     client = openai.OpenAI(base_url=gw.base("t", "r") + "/v1", api_key="none")
     msg = _chat(client, [{"role": "user", "content": "hi"}])
     assert msg.content == model_server.produced[-1].text
-    call = json.loads((gw.out / "calls" / "r.jsonl").read_text())
+    call = calls_of(gw.out / "calls" / "r.jsonl")[0]
     assert ("timed out" if mode == "slow" else "HTTP 500") in call["seam"]["judge"]["error"]
     assert not (gw.out / "corrections.jsonl").exists()
 
@@ -287,7 +287,7 @@ def test_the_rule_judge_reviews_every_call(model_server, start_gateway):
     gw = start_gateway(model_server.url, lambda client: RuleJudge())
     client = openai.OpenAI(base_url=gw.base("t", "rules") + "/v1", api_key="none")
     _session_with_compaction(client)
-    calls = [json.loads(x) for x in (gw.out / "calls" / "rules.jsonl").read_text().splitlines()]
+    calls = calls_of(gw.out / "calls" / "rules.jsonl")
     from judge.rules import RULE_JUDGE
 
     assert [c["seam"]["judge"]["name"] for c in calls] == [RULE_JUDGE] * 4
@@ -387,7 +387,7 @@ def test_a_restarted_gateway_continues_its_sessions(tmp_path, model_server, star
     client = openai.OpenAI(base_url=second.base("t", "long") + "/v1", api_key="none")
     history += [{"role": "assistant", "content": msg.content}, {"role": "user", "content": "more"}]
     _chat(client, history)
-    calls = [json.loads(x) for x in (second.out / "calls" / "long.jsonl").read_text().splitlines()]
+    calls = calls_of(second.out / "calls" / "long.jsonl")
     assert [c["seam"]["extends_previous"] for c in calls] == [None, True]
     out, result = build_collection(tmp_path, second.out, rewards=rewards_file(tmp_path, "long"))
     rows = rows_of(out)
@@ -432,7 +432,7 @@ def test_responses_api_client_with_function_calls_streaming_and_not(
     )
     assert events[0].type == "response.created" and events[-1].type == "response.completed"
     assert events[-1].response.output_text == model_server.produced[-1].text
-    calls = [json.loads(x) for x in (gw.out / "calls" / "codex.jsonl").read_text().splitlines()]
+    calls = calls_of(gw.out / "calls" / "codex.jsonl")
     assert calls[1]["seam"]["extends_previous"] is True
     assert [m["role"] for m in calls[1]["request"]["messages"]] == [
         "system",

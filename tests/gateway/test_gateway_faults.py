@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from pipeline.gateway.recorder import _append_line, check_id
+from tests.gateway.builds import calls_of
 
 openai = pytest.importorskip("openai")
 
@@ -34,9 +35,7 @@ def test_a_400_about_one_prompt_keeps_token_ids_on_for_the_fleet(tiny_model_dir,
         short.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
         assert gw.recorder.manifest["calls_with_token_ids"] == 1
         assert "token_id_params" not in gw.recorder.manifest
-        (record,) = [
-            orjson.loads(x) for x in (gw.out / "calls" / "short.jsonl").read_bytes().splitlines()
-        ]
+        (record,) = calls_of(gw.out / "calls" / "short.jsonl")
         assert record["response"]["choices"][0]["token_ids"]
     finally:
         server.stop()

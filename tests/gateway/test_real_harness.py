@@ -14,7 +14,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 minisweagent = pytest.importorskip("minisweagent")
 yaml = pytest.importorskip("yaml")
 
-from tests.gateway.builds import build_collection, rewards_file, rows_of, trained_ids  # noqa: E402
+from tests.gateway.builds import build_collection, calls_of, rewards_file, rows_of, trained_ids  # noqa: E402
 
 
 def _call(command: str) -> str:
@@ -107,7 +107,7 @@ def test_claude_code_through_the_gateway_tool_use_and_compaction_become_a_seam(
             timeout=300,
         )
         assert done.returncode == 0, done.stdout + done.stderr
-    calls = [json.loads(x) for x in (gw.out / "calls" / "cc-1.jsonl").read_text().splitlines()]
+    calls = calls_of(gw.out / "calls" / "cc-1.jsonl")
     assert len(calls) == len(model_server.produced) == 4
     tool_results = [m for m in calls[1]["request"]["messages"] if m["role"] == "tool"]
     assert "seam-was-here" in tool_results[0]["content"]  # Claude Code ran the command

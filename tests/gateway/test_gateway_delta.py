@@ -1,0 +1,195 @@
+"""Delta call logs (--log delta), undelivered calls and client timeouts.
+
+A call that extends its session's previous call is stored as what it adds
+(pipeline/readers/call_delta.py): a long session's log grows about linearly, the build
+reads the same rows from a delta log as from a full one, and a lost line costs at most the
+calls up to the next full record, each with its reason. A call whose client was gone
+before the answer is marked undelivered and left out, so the harness's retry is no seam.
+A client that trickles its request is dropped after --client-timeout."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import orjson
+import pytest
+import requests
+
+from bench.engine_stub import make_app
+from pipeline.readers import Accepted, Rejected, Skipped
+from pipeline.readers.call_delta import FULL_EVERY, Resolver, is_delta
+from pipeline.readers.openai_messages import UNDELIVERED, ChatCompletionsReader
+from tests.gateway.builds import build_collection, calls_of, rewards_file, rows_of
+from tests.gateway.serving import ThreadedApp
+
+openai = pytest.importorskip("openai")
+
+CALLS = 500
+
+
+@pytest.fixture(scope="module")
+def long_session(tmp_path_factory):
+    """One 500-call session through a delta-logging gateway in front of the stand-in
+    engine (10 prompt ids per message), as an agent makes it: each call sends the whole
+    history plus the last answer and a tool result."""
+    from tests.gateway.conftest import RunningGateway
+
+    engine = ThreadedApp(make_app(tokens_per_message=10))
+    gw = RunningGateway(tmp_path_factory.mktemp("delta") / "collect", engine.url + "/v1")
+    try:
+        url = gw.base("t", "long") + "/v1/chat/completions"
+        history = [{"role": "system", "content": "You are a coding agent."}]
+        history.append({"role": "user", "content": "Fix the failing test."})
+        with requests.Session() as http:
+            for i in range(CALLS):
+                answer = http.post(url, json={"model": "stub", "messages": history}).json()
+                history.append(answer["choices"][0]["message"])
+                history.append({"role": "user", "content": f"output of step {i}: " + "x" * 60})
+    finally:
+        gw.stop()
+        engine.stop()
+    return gw.out / "calls" / "long.jsonl"
+
+
+def test_a_long_session_log_grows_linearly(long_session):
+    lines = long_session.read_bytes().splitlines()
+    records = [orjson.loads(line) for line in lines]
+    assert len(records) == CALLS
+    full_at = [i + 1 for i, r in enumerate(records) if not is_delta(r)]
+    assert full_at == list(range(1, CALLS + 1, FULL_EVERY))  # call 1, 33, 65, ...
+    deltas = [len(line) for line, r in zip(lines, records) if is_delta(r)]
+    # A delta holds what the call adds, whatever the history: the last chain's deltas are
+    # no larger than the first chain's (the history grew 250-fold in between).
+    early, late = sorted(deltas[:20]), sorted(deltas[-20:])
+    assert late[10] <= early[10] * 1.1, (early[10], late[10])
+    assert max(deltas) <= 2 * early[10]
+    # The same calls stored whole: the full log's quadratic size.
+    whole = sum(len(orjson.dumps(r)) + 1 for r in calls_of(long_session))
+    total = sum(len(line) + 1 for line in lines)
+    assert total * 10 < whole, (total, whole)
+    # The full records are the only part that grows: about history/FULL_EVERY per call.
+    assert sum(deltas) > 0.3 * sum(len(line) for line, r in zip(lines, records) if not is_delta(r))
+
+
+def test_a_lost_line_costs_the_calls_up_to_the_next_full_record(long_session, tmp_path):
+    lines = long_session.read_bytes().splitlines()[:100]  # 100 calls: the reader is quick
+    lines[39] = lines[39][:50]  # call 40 cut (a delta in the chain of call 33)
+    damaged = tmp_path / "long.jsonl"
+    damaged.write_bytes(b"\n".join(lines) + b"\n")
+    items = list(ChatCompletionsReader().read(damaged))
+    rejected = [i for i in items if isinstance(i, Rejected)]
+    assert [r.line for r in rejected] == list(range(40, 65))  # 40 .. 64; 65 is full
+    assert "invalid JSON" in rejected[0].reason
+    assert all("stored as a change to call" in r.reason for r in rejected[1:])
+    assert "call 41 is stored as a change to call 40" in rejected[1].reason
+    (accepted,) = [i for i in items if isinstance(i, Accepted)]
+    assert accepted.records == 100 - 25
+    # The calls after the gap are the same as when nothing was lost.
+    whole = calls_of(long_session)[:100]
+    resolver, after = Resolver(), []
+    for line in lines[64:]:  # from the full record of call 65 on
+        full = resolver.resolve(orjson.loads(line))
+        resolver.accept(full)
+        after.append(full)
+    assert after == whole[64:]
+
+
+def _agent_session(client) -> None:
+    """Eight calls with a compaction in the middle: the context is rewritten once."""
+    history = [{"role": "system", "content": "Agent."}, {"role": "user", "content": "Fix it."}]
+    for step in range(8):
+        if step == 5:  # compaction: a new context with a summary
+            history = [
+                {"role": "system", "content": "Agent."},
+                {"role": "user", "content": "Summary of the work so far: tests fail. Go on."},
+            ]
+        msg = client.chat.completions.create(model="tiny", messages=history).choices[0].message
+        history += [
+            {"role": "assistant", "content": msg.content},
+            {"role": "user", "content": f"step {step} done"},
+        ]
+
+
+def test_delta_and_full_logs_build_the_same_rows(tmp_path, model_server, start_gateway):
+    built = {}
+    for log in ("delta", "full"):
+        gw = start_gateway(model_server.url, name=log, log=log, full_every=3)
+        client = openai.OpenAI(base_url=gw.base("t", "same") + "/v1", api_key="none")
+        _agent_session(client)
+        gw.stop()
+        path = gw.out / "calls" / "same.jsonl"
+        kinds = [
+            "delta" if is_delta(orjson.loads(x)) else "full" for x in path.read_bytes().splitlines()
+        ]
+        if log == "delta":  # full at 1 and every 3rd; the compaction keeps the system message
+            assert kinds == ["full", "delta", "delta", "full", "delta", "delta", "full", "delta"]
+        else:
+            assert set(kinds) == {"full"}
+        out, result = build_collection(
+            tmp_path, gw.out, name=f"rl-{log}", rewards=rewards_file(tmp_path, "same")
+        )
+        assert result.counts["accepted"] == 1 and result.counts["quarantined"] == 0
+        built[log] = rows_of(out)
+    produced = model_server.produced
+    assert [p.output_ids for p in produced[:8]] == [p.output_ids for p in produced[8:]]
+    assert len(built["delta"]) == 2  # the compaction is a seam in both
+    assert built["delta"] == built["full"]
+
+
+def test_an_undelivered_call_is_left_out_and_its_retry_is_no_seam(
+    tmp_path, tiny_model_dir, start_gateway
+):
+    from tests.gateway.model_server import ModelServer
+
+    server = ModelServer(str(tiny_model_dir), delay_s=1.0).start()
+    try:
+        gw = start_gateway(server.url)
+        url = gw.base("t", "gone") + "/v1/chat/completions"
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+        with pytest.raises(requests.exceptions.ReadTimeout):  # the harness gives up
+            requests.post(url, json=body, timeout=0.3)
+        time.sleep(1.5)  # the engine answers; the gateway records the call, undelivered
+        assert requests.post(url, json=body, timeout=30).status_code == 200  # the retry
+        first, second = calls_of(gw.out / "calls" / "gone.jsonl")
+        assert first["seam"]["delivered"] is False and "delivered" not in second["seam"]
+        assert second["seam"]["extends_previous"] is None  # compared with nothing before
+        items = list(ChatCompletionsReader().read(gw.out / "calls" / "gone.jsonl"))
+        assert [type(i) for i in items] == [Skipped, Accepted]
+        assert items[0].reason == UNDELIVERED
+        out, result = build_collection(tmp_path, gw.out, rewards=rewards_file(tmp_path, "gone"))
+        rows = rows_of(out)
+        assert len(rows) == 1 and rows[0]["num_calls"] == 1 and rows[0]["seam_kind"] == "none"
+    finally:
+        server.stop()
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes ``sock`` within ``seconds`` while we trickle bytes."""
+    deadline = time.time() + seconds
+    sock.settimeout(0.2)
+    while time.time() < deadline:
+        try:
+            sock.send(b"X")
+            if sock.recv(4096) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except OSError:
+            return True
+    return False
+
+
+def test_a_trickling_client_is_dropped(model_server, start_gateway):
+    gw = start_gateway(model_server.url, client_timeout_s=1.0)
+    host, port = gw.url.removeprefix("http://").split(":")
+    headers = socket.create_connection((host, int(port)))
+    headers.send(b"POST /s/t/r/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: ")
+    assert _closed_within(headers, 10)
+    body = socket.create_connection((host, int(port)))
+    body.send(
+        b"POST /s/t/r/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+    )
+    body.settimeout(10)
+    assert body.recv(4096).startswith(b"HTTP/1.1 408")
