@@ -1,17 +1,31 @@
-"""The gateway's cost: added latency per call, and calls/s, versus straight to the engine.
+"""The gateway's cost at 1, 8, 64 and 256 concurrent sessions, versus straight to the engine.
 
-Three processes on 127.0.0.1: an engine stub (answers at once with a vLLM-style response
-carrying token ids and logprobs), ``seam gateway`` in front of it, and this client. The
-same calls go straight to the stub and through the gateway, alternately, ``repeats``
-times; the fastest run of each side counts. Each call carries a growing session
-history (as an agent's does), so the gateway's per-call work (translate, compare with
-the previous request, append + fsync the line) is measured at a realistic size.
+Three processes on 127.0.0.1: the engine stand-in (``bench/engine_stub.py``: vLLM-style
+answers with token ids and logprobs, at once or after a fixed delay per call),
+``seam gateway`` in front of it (``--durability group``, ``--log delta``: the defaults),
+and this client. For each engine (instant, and 200 ms per call like a real engine) and
+each number of sessions, rounds straight to the engine and through the gateway
+alternate (direct, gateway, direct, gateway, ...), so a change in the machine's load
+hits both sides alike. Every session sends calls with a growing history, as an agent
+does (each call: the whole history, plus the last answer and a 400-byte tool output).
 
-Run alone: ``python bench/gateway_overhead.py``; ``make bench`` includes it.
+Reported per engine and number of sessions:
+- ``added_median_ms`` / ``added_p99_ms``: the median (p99) latency of a call through the
+  gateway minus straight to the engine, over all calls of all rounds of each side;
+- ``calls_per_s_ratio``: calls per second through the gateway / straight (each side's
+  best round);
+- ``gateway_cpu_ms_per_call``: the gateway process's CPU time (user + system, from
+  ``/proc/PID/stat``) over its rounds, per call;
+and once, from the gateway's call logs: bytes logged per call against the history
+length (messages in the call's request), for the delta log and for the same calls stored
+whole.
+
+Run alone: ``python bench/gateway_overhead.py [--quick]``; ``make bench`` includes it.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -23,27 +37,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-_STUB = r"""
-import json, sys
-from aiohttp import web
-OUT = list(range(1000, 1064))
-async def chat(request):
-    body = await request.json()
-    out = {"id": "x", "object": "chat.completion", "model": "stub",
-           "choices": [{"index": 0, "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": "word " * 64}}],
-           "usage": {"prompt_tokens": 100, "completion_tokens": 64}}
-    if body.get("return_token_ids"):
-        out["prompt_token_ids"] = list(range(100 * len(body["messages"])))
-        out["choices"][0]["token_ids"] = OUT
-    if body.get("logprobs"):
-        out["choices"][0]["logprobs"] = {"content": [{"token": "w", "logprob": -0.5}] * 64}
-    return web.json_response(out)
-app = web.Application(client_max_size=1 << 28)
-app.router.add_post("/v1/chat/completions", chat)
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
-"""
+SESSIONS = (1, 8, 64, 256)
+DELAYS_MS = (0.0, 200.0)
+# Calls per session in one round: fewer with more sessions (the total stays near 400-800).
+CALLS = {1: 60, 8: 30, 64: 8, 256: 3}
+QUICK_CALLS = {1: 30, 8: 10, 64: 3, 256: 2}
 
 
 def _free_port() -> int:
@@ -54,7 +52,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait(url: str, timeout: float = 60) -> None:
+def _wait(url: str, timeout: float = 120) -> None:
     import urllib.request
 
     deadline = time.time() + timeout
@@ -69,6 +67,13 @@ def _wait(url: str, timeout: float = 60) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat`` fields 14,
+    15, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _session(client, url: str, calls: int, latencies: list[float]) -> None:
     history = [{"role": "system", "content": "You are a coding agent. " * 20}]
     history.append({"role": "user", "content": "Fix the failing test in tests/test_parse.py."})
@@ -76,70 +81,141 @@ async def _session(client, url: str, calls: int, latencies: list[float]) -> None
         started = time.perf_counter()
         async with client.post(url, json={"model": "stub", "messages": history}) as resp:
             answer = await resp.json()
+            if resp.status != 200:
+                raise RuntimeError(f"{url}: HTTP {resp.status}: {answer}")
         latencies.append(time.perf_counter() - started)
         history.append(answer["choices"][0]["message"])
         history.append({"role": "user", "content": f"output of step {i}: " + "x" * 400})
 
 
-async def _run(urls: list[str], calls: int) -> tuple[float, list[float]]:
+async def _round(urls: list[str], calls: int) -> tuple[float, list[float]]:
     import aiohttp
 
     latencies: list[float] = []
+    connector = aiohttp.TCPConnector(limit=0)  # one connection per session, no queue
     started = time.perf_counter()
-    async with aiohttp.ClientSession() as client:
+    async with aiohttp.ClientSession(connector=connector) as client:
         await asyncio.gather(*(_session(client, u, calls, latencies) for u in urls))
     return time.perf_counter() - started, latencies
 
 
-def bench_gateway(calls: int = 100, sessions: int = 8, repeats: int = 3) -> dict:
-    stub_port, gw_port = _free_port(), _free_port()
-    work = Path(tempfile.mkdtemp(prefix="seam-gw-bench-"))
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _log_sizes(calls_dir: Path) -> dict:
+    """Bytes logged per call against history length, delta log vs the same calls whole."""
+    import orjson
+
+    from pipeline.readers.call_delta import Resolver
+
+    buckets: dict[int, list[tuple[int, int]]] = {}
+    for log in calls_dir.glob("*.jsonl"):
+        resolver = Resolver()
+        for line in log.read_bytes().splitlines():
+            full = resolver.resolve(orjson.loads(line))
+            resolver.accept(full)
+            history = len(full["request"]["messages"])
+            bucket = 10 ** len(str(history)) // 10  # 1-9, 10-99, 100-999 messages
+            buckets.setdefault(bucket, []).append((len(line) + 1, len(orjson.dumps(full)) + 1))
+    out = {}
+    for bucket in sorted(buckets):
+        pairs = buckets[bucket]
+        out[f"{bucket}-{bucket * 10 - 1} messages"] = {
+            "calls": len(pairs),
+            "delta_log_bytes_per_call": round(statistics.mean(p[0] for p in pairs)),
+            "full_log_bytes_per_call": round(statistics.mean(p[1] for p in pairs)),
+        }
+    return out
+
+
+def _start(args: list[str], env: dict) -> subprocess.Popen:
+    quiet = None if os.environ.get("SEAM_BENCH_VERBOSE") else subprocess.DEVNULL
+    return subprocess.Popen([sys.executable, *args], env=env, stderr=quiet)
+
+
+def bench_gateway(quick: bool = False, rounds: int = 2) -> dict:
+    """The table described in the module docstring, one entry per engine delay."""
+    calls_per = QUICK_CALLS if quick else CALLS
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    stub = subprocess.Popen([sys.executable, "-c", _STUB, str(stub_port)])
-    gateway = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "gateway", "--port", str(gw_port)]
-        + ["--upstream", f"http://127.0.0.1:{stub_port}/v1", "--out", str(work / "collect")],
-        env=env,
-        stderr=None if os.environ.get("SEAM_BENCH_VERBOSE") else subprocess.DEVNULL,
-    )
-    try:
-        _wait(f"http://127.0.0.1:{stub_port}/v1/chat/completions")
-        _wait(f"http://127.0.0.1:{gw_port}/healthz")
-        direct = [f"http://127.0.0.1:{stub_port}/v1/chat/completions"] * sessions
-        best: dict[str, tuple[float, list[float]]] = {}
-        for r in range(repeats):
-            via = [
-                f"http://127.0.0.1:{gw_port}/s/bench/r{r}-{i}/v1/chat/completions"
-                for i in range(sessions)
-            ]
-            for side, urls in (("direct", direct), ("gateway", via)):
-                wall, lat = asyncio.run(_run(urls, calls))
-                if side not in best or wall < best[side][0]:
-                    best[side] = (wall, lat)
-                one = asyncio.run(_run(urls[:1], calls))  # one session: latency without queueing
-                key = side + "_one"
-                if key not in best or one[0] < best[key][0]:
-                    best[key] = one
-        recorded = sum(1 for f in (work / "collect" / "calls").glob("*.jsonl") for _ in f.open())
-    finally:
-        for proc in (gateway, stub):
-            proc.terminate()
-            proc.wait(10)
-    d_ms = statistics.median(best["direct_one"][1]) * 1000
-    g_ms = statistics.median(best["gateway_one"][1]) * 1000
-    total = calls * sessions
-    return {
-        "calls_per_session": calls,
-        "sessions": sessions,
-        "latency_direct_ms": round(d_ms, 2),
-        "latency_gateway_ms": round(g_ms, 2),
-        "added_latency_ms": round(g_ms - d_ms, 2),
-        "calls_per_s_direct": round(total / best["direct"][0], 1),
-        "calls_per_s_gateway": round(total / best["gateway"][0], 1),
-        "calls_recorded": recorded,
-        "note": "median per call over one session (no queueing); calls/s with all sessions at once",
+    results: dict = {
+        "sessions": list(SESSIONS),
+        "calls_per_session": {str(k): v for k, v in calls_per.items()},
+        "rounds_per_side": rounds,
+        "engines": {},
     }
+    work = Path(tempfile.mkdtemp(prefix="seam-gw-bench-"))
+    for delay in DELAYS_MS:
+        stub_port, gw_port = _free_port(), _free_port()
+        collect = work / f"collect-{int(delay)}ms"
+        stub = _start(
+            ["-m", "bench.engine_stub", "--port", str(stub_port), "--delay-ms", str(delay)], env
+        )
+        gateway = _start(
+            ["-m", "pipeline.cli", "gateway", "--port", str(gw_port)]
+            + ["--upstream", f"http://127.0.0.1:{stub_port}/v1", "--out", str(collect)],
+            env,
+        )
+        rows = {}
+        try:
+            _wait(f"http://127.0.0.1:{stub_port}/v1/chat/completions")
+            _wait(f"http://127.0.0.1:{gw_port}/healthz")
+            for sessions in SESSIONS:
+                calls = calls_per[sessions]
+                direct = [f"http://127.0.0.1:{stub_port}/v1/chat/completions"] * sessions
+                lat: dict[str, list[float]] = {"direct": [], "gateway": []}
+                best: dict[str, float] = {}
+                cpu = 0.0
+                for r in range(rounds):
+                    via = [
+                        f"http://127.0.0.1:{gw_port}/s/bench/d{int(delay)}-s{sessions}-r{r}-{i}"
+                        "/v1/chat/completions"
+                        for i in range(sessions)
+                    ]
+                    for side, urls in (("direct", direct), ("gateway", via)):
+                        before = _cpu_s(gateway.pid)
+                        wall, latencies = asyncio.run(_round(urls, calls))
+                        if side == "gateway":
+                            cpu += _cpu_s(gateway.pid) - before
+                        lat[side] += latencies
+                        best[side] = min(best.get(side, wall), wall)
+                total = sessions * calls
+                d_med, g_med = statistics.median(lat["direct"]), statistics.median(lat["gateway"])
+                d_p99 = _percentile(lat["direct"], 0.99)
+                g_p99 = _percentile(lat["gateway"], 0.99)
+                rows[str(sessions)] = {
+                    "direct_median_ms": round(d_med * 1000, 2),
+                    "gateway_median_ms": round(g_med * 1000, 2),
+                    "added_median_ms": round((g_med - d_med) * 1000, 2),
+                    "added_p99_ms": round((g_p99 - d_p99) * 1000, 2),
+                    "median_ratio": round(g_med / d_med, 3),
+                    "calls_per_s_direct": round(total / best["direct"], 1),
+                    "calls_per_s_gateway": round(total / best["gateway"], 1),
+                    "calls_per_s_ratio": round(best["direct"] / best["gateway"], 3),
+                    "gateway_cpu_ms_per_call": round(cpu * 1000 / (total * rounds), 3),
+                }
+        finally:
+            for proc in (gateway, stub):
+                proc.terminate()
+                proc.wait(30)
+        results["engines"][f"{int(delay)} ms per call"] = rows
+        if delay == 0.0:
+            results["bytes_logged_per_call"] = _log_sizes(collect / "calls")
+    results["note"] = (
+        "added latency: median (p99) through the gateway minus straight to the engine, all "
+        "calls of all rounds; calls/s: each side's best round; CPU: the gateway process"
+    )
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="Fewer calls per session.")
+    parser.add_argument("--rounds", type=int, default=2, help="Rounds of each side (default 2).")
+    args = parser.parse_args()
+    print(json.dumps(bench_gateway(args.quick, args.rounds), indent=2))
 
 
 if __name__ == "__main__":
-    print(json.dumps(bench_gateway(), indent=2))
+    main()

@@ -66,6 +66,9 @@ def check_id(value: str, what: str) -> str:
 
 DURABILITY_MODES = ("group", "sync", "none")
 GROUP_WINDOW_S = 0.05  # --durability group: a written line is fsync'd within this (+ a round)
+# Lines up to this size are written on the event loop (no fsync there: that is a thread's
+# job), larger ones from a thread, so a slow large write does not hold up other sessions.
+INLINE_WRITE_BYTES = 64 * 1024
 
 
 def _append_line(path: Path, record: dict, fsync: bool = True) -> bool:
@@ -329,11 +332,11 @@ class Recorder:
     async def _append(
         self, path: Path, record: dict, finish: Callable[[bytes], bytes] | None = None
     ) -> None:
-        new = await asyncio.to_thread(_write_record, path, record, finish)
+        data = orjson.dumps(record) + b"\n"
+        if len(data) <= INLINE_WRITE_BYTES:  # a page-cache write: cheaper than a thread hop
+            new = _append_bytes(path, data, finish=finish)
+        else:
+            new = await asyncio.to_thread(_append_bytes, path, data, False, finish)
         waiter = self.syncer.written(path, new)
         if waiter is not None:
             await waiter
-
-
-def _write_record(path: Path, record: dict, finish: Callable[[bytes], bytes] | None) -> bool:
-    return _append_bytes(path, orjson.dumps(record) + b"\n", finish=finish)

@@ -51,14 +51,18 @@ class MissingBase(ValueError):
     """A delta record whose base was not read (quarantined, cut, or never written)."""
 
 
-def _common_prefix(a: list, b: list) -> int:
-    """The length of the longest common prefix of ``a`` and ``b`` (``==`` per item):
-    the whole of the shorter one when equal (one C-level comparison, the usual case),
-    else a binary search on prefix equality (monotone: a prefix of an equal prefix is
-    equal), ``O(log n)`` slice comparisons instead of a Python loop over every id."""
+def _common_prefix(a: list, b: list, guess: int | None = None) -> int:
+    """The length of the longest common prefix of ``a`` and ``b`` (``==`` per item).
+    Tried first: the whole of the shorter one (a call that extends its base whole) and
+    ``guess`` (the base's request alone: a harness that re-sends the answer in another
+    form; the prompt alone: an engine whose chat template renders the answer otherwise),
+    each one C-level comparison; else a binary search on prefix equality (monotone: a
+    prefix of an equal prefix is equal), ``O(log n)`` slice comparisons instead of a
+    Python loop over every id. (A binary search for every call cost 1.8 ms at 6,000 ids.)"""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
+    for k in (n, guess):
+        if k is not None and 0 < k <= n and a[:k] == b[:k] and (k == n or a[k] != b[k]):
+            return k
     lo, hi = 0, n - 1  # a[:lo] == b[:lo] and a[:hi+1] != b[:hi+1]
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -111,7 +115,7 @@ def encode(record: dict, base: dict | None, base_call: int | None) -> dict:
         return record
     request, response = record["request"], record["response"]
     messages = request.get("messages") or []
-    keep = _common_prefix(messages, base_messages(base))
+    keep = _common_prefix(messages, base_messages(base), len(base["request"].get("messages") or []))
     if keep == 0:
         return record  # a rewritten context: a full record starts a new chain
     delta: dict[str, Any] = {"base": base_call, "keep_messages": keep, "messages": messages[keep:]}
@@ -132,7 +136,8 @@ def encode(record: dict, base: dict | None, base_call: int | None) -> dict:
     found = _prompt_ids(response)
     if found is not None:
         where, ids = found
-        kept = _common_prefix(ids, base_ids(base))
+        base_prompt = _prompt_ids(base["response"])
+        kept = _common_prefix(ids, base_ids(base), len(base_prompt[1]) if base_prompt else None)
         response = dict(response)
         if where == "response":
             response.pop("prompt_token_ids")
