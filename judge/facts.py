@@ -25,9 +25,14 @@ _URL_RE = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I)
 # A path ends with a known extension and is not glued to a longer word or path.
 # Directories and file names may start with a dot (``.github/``, ``.claude/``, ``.worktrees/``,
 # ``.eslintrc.json``); a dot glued to a word before it is part of that word, not a path.
+# A name that goes on with another dot-word (``root.html.heex``, ``HOOK.md.tmpl``) has an
+# extension this list does not know: it is not cut short to a path it does not name.
 _PATH_RE = re.compile(
-    rf"(?<![\w/.@-])((?:\.{{1,2}}/|~/|/)?(?:\.?[\w@+-][\w.@+-]*/)*\.?[\w+-][\w.+-]*\.(?:{_EXTENSIONS}))(?![\w/])"
+    rf"(?<![\w/.@-])((?:\.{{1,2}}/|~/|/)?(?:\.?[\w@+-][\w.@+-]*/)*\.?[\w+-][\w.+-]*\.(?:{_EXTENSIONS}))(?![\w/]|\.\w)"
 )
+# What comes right before the ``/`` of a template's tail (``<session-id>/prompt.txt``,
+# ``${DIR}/x.json``, ``*/x.go``): the path is a pattern, not a file anyone saw.
+_TEMPLATE_BEFORE = (">", "}", "*", "]")
 # A location in a directory (``src/x.py:33``, ``./cmd/x.go:12:3``) or a Python traceback
 # frame; a bare ``hooks_test.go:196:`` is a test log line, not where a failure lives.
 _LOCATION_RE = re.compile(r'([\w.~-]*/[\w./~-]+):\d+\b|File "([^"]+)", line \d+')
@@ -98,9 +103,15 @@ _WRITE_SHELL = re.compile(
 
 
 def paths_in(text: str) -> list[str]:
-    """File paths in ``text`` in order of first appearance (URLs are not paths)."""
+    """File paths in ``text`` in order of first appearance (URLs are not paths; nor is the
+    tail of a templated path such as ``.entire/<session-id>/prompt.txt``)."""
     text = _URL_RE.sub(" ", text)
-    return list(dict.fromkeys(normalize_path(m) for m in _PATH_RE.findall(text)))
+    found = (
+        m.group(1)
+        for m in _PATH_RE.finditer(text)
+        if not (m.group(1).startswith("/") and text[m.start() - 1 : m.start()] in _TEMPLATE_BEFORE)
+    )
+    return list(dict.fromkeys(normalize_path(m) for m in found))
 
 
 def normalize_path(path: str) -> str:
@@ -117,7 +128,12 @@ def same_path(a: str, b: str) -> bool:
     """Two mentions name the same file when one is the other or a ``/``-suffix of it
     (``/repo/src/x.py``, ``src/x.py`` and ``x.py`` all name one file)."""
     a, b = normalize_path(a), normalize_path(b)
-    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
+    if a == b or a.endswith("/" + b) or b.endswith("/" + a):
+        return True
+    # Summaries write repository paths with a leading slash (``/cmd/x/a_test.go`` for
+    # ``/home/u/repo/cmd/x/a_test.go``): such a path may be the tail of the other.
+    short, long = sorted((a, b), key=len)
+    return short.startswith("/") and short.count("/") > 1 and long.endswith(short)
 
 
 def mentions_path(text_paths: list[str], path: str) -> bool:
@@ -132,6 +148,27 @@ def abbreviates(short: str, path: str) -> bool:
 
 
 _HARNESS_FILE_RE = re.compile(r"(?:^|/)\.claude/(?:plans|todos|projects|shell-snapshots|statsig)/")
+
+
+_TEMPORARY_RE = re.compile(
+    r"^(?:/tmp/|/private/tmp/|/var/tmp/|/var/folders/|/private/var/folders/|/dev/shm/)"
+    r"|(?:^|/)(?:tmp|temp)/"
+)
+
+
+def is_temporary(path: str) -> bool:
+    """A scratch file outside the work (``/tmp/check.go``, a ``tmp/`` dir, macOS's
+    ``/var/folders/…``): agents write them to try something, summaries rightly skip them."""
+    return bool(_TEMPORARY_RE.search(path))
+
+
+def names_file(text: str, path: str) -> bool:
+    """``text`` names the file by its base name as a word of its own (``annotation.ex``,
+    whose extension ``paths_in`` does not know; not ``annotation.exs``)."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return (
+        bool(name) and re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-]|\.\w)", text) is not None
+    )
 
 
 def is_harness_file(path: str) -> bool:

@@ -23,11 +23,12 @@ one of them (docs/summaries.md: grep-level checks are "a floor, not a ceiling"):
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from judge.audit import summary_check
-from judge.facts import classify, mentions_path, paths_in, test_names_in
+from judge.facts import classify, command_core, mentions_path, paths_in, test_names_in
 from judge.history import POST_COMPACTION_CALLS, Compaction, compactions, windows
-from judge.summary import split_summary, summary_body
+from judge.summary import says_none_needed, split_summary, summary_body
 from judge.workspace import steps_in, workspace_state
 from schemas.correction import Evidence, Finding, OmittedItem
 from schemas.replay import CallView, replay
@@ -223,10 +224,13 @@ def continuation_findings(rollout: Rollout, comps: list[Compaction]) -> list[Fin
         first = comp.after[:POST_COMPACTION_CALLS]
         if not first or comp.opaque:
             continue
-        state_part, next_part = split_summary(summary_body(comp.summary))
+        body = summary_body(comp.summary)
+        state_part, next_part = split_summary(body)
         next_part = next_part or ""
         targets = (
-            paths_in(next_part)
+            []
+            if says_none_needed(next_part)  # nothing left to do: nothing to follow
+            else paths_in(next_part)
             + test_names_in(next_part)
             + _identifiers(next_part)
             + _commands(next_part)
@@ -259,23 +263,48 @@ def continuation_findings(rollout: Rollout, comps: list[Compaction]) -> list[Fin
                     )
                 )
                 break
+        looked = _first_acting(comp.after)
         if (
             targets
             and not comp.user_redirect
-            and not any(_touches(view, targets) for view in first)
+            and not any(_touches(view, targets + paths_in(body)) for view in looked)
         ):
             findings.append(
                 _finding(
                     rollout,
-                    first[0],
+                    looked[0],
                     "continuation",
                     "ignored_next_step",
-                    f"none of the first {len(first)} calls after compaction touches what the summary's next "
-                    f"step names ({', '.join(targets[:4])})",
+                    f"none of the first {len(looked)} calls after compaction touches what the summary's next "
+                    f"step names ({', '.join(targets[:4])}) or any file the summary names",
                     [],
                 )
             )
     return findings
+
+
+# How far the ignored-next-step check looks past the first calls while the agent only
+# looks around (reads, searches, ``git status``): real agents re-read before they act.
+LOOK_AROUND_CALLS = 8
+_INSPECT_RE = re.compile(r"^\s*git\s+(?:status|diff|log|show|branch|stash list)\b")
+
+
+def _first_acting(after: Sequence[CallView]) -> list[CallView]:
+    """The first ``POST_COMPACTION_CALLS`` calls after a compaction, and then more while
+    every call so far only looked around, up to the first call that acts (writes, runs,
+    tests) or ``LOOK_AROUND_CALLS`` calls."""
+    taken = list(after[:POST_COMPACTION_CALLS])
+    for view in after[POST_COMPACTION_CALLS:LOOK_AROUND_CALLS]:
+        if any(not _looks_around(s.op) for v in taken for s in steps_in([v.message])):
+            break
+        taken.append(view)
+    return taken
+
+
+def _looks_around(op) -> bool:
+    return op.kind in ("read", "search") or bool(
+        op.command and _INSPECT_RE.match(command_core(op.command))
+    )
 
 
 def _read_before_edit(step, calls) -> bool:
@@ -353,10 +382,23 @@ def _mentions_any(text: str, targets: list[str]) -> bool:
     )
 
 
+def _code_spans(text: str) -> list[str]:
+    """What the text quotes in backticks, pairing them left to right (the words between
+    two quotes are not a quote)."""
+    return [t.strip() for t in re.findall(r"`([^`\n]+)`", text)]
+
+
 def _commands(text: str) -> list[str]:
     """Commands the next step quotes in backticks (``mise run test``): quoted words with a
-    space between them."""
-    return [t.strip() for t in re.findall(r"`([^`\n]+ [^`\n]+)`", text)]
+    space between them; a chain (``mise run fmt && mise run lint``) is run one part per
+    call as often as in one, so each part is a target of its own."""
+    return [
+        part.strip()
+        for span in _code_spans(text)
+        if " " in span
+        for part in re.split(r"&&|\|\||;", span)
+        if " " in part.strip()
+    ]
 
 
 def _is_test_name(target: str) -> bool:
@@ -364,8 +406,14 @@ def _is_test_name(target: str) -> bool:
 
 
 def _identifiers(text: str) -> list[str]:
-    """Code identifiers the next step quotes in backticks (``parse_date``, ``Config.load``)."""
-    return [t for t in re.findall(r"`([\w.]+)`", text) if not paths_in(t)]
+    """Code identifiers the next step quotes in backticks (``parse_date``, ``Config.load``,
+    ``logging.Init(sessionID)`` names ``logging.Init``)."""
+    found = []
+    for span in _code_spans(text):
+        match = re.fullmatch(r"([A-Za-z_][\w.]*)(?:\(.*\))?", span)
+        if match and not paths_in(match.group(1)):
+            found.append(match.group(1))
+    return found
 
 
 def _last_mention(messages, value: str) -> MessageEvent | None:

@@ -27,6 +27,7 @@ from judge.facts import (
     command_core,
     command_program,
     mentions_path,
+    names_file,
     parse_arguments,
     paths_in,
     same_path,
@@ -57,7 +58,7 @@ _WRAPPER_HEAD_RE = re.compile(
 )
 _WRAPPER_TAIL_RE = re.compile(
     r"\n+(?:If you need specific details from before compaction[^\n]*"
-    r"|Please continue the conversation from where we left it off[^\n]*"
+    r"|Please continue the conversation from where we left (?:it )?off[^\n]*"
     r"|Continue the conversation from where it left off[^\n]*)\s*$"
 )
 _HEADING_RE = re.compile(
@@ -94,6 +95,7 @@ _EDIT_CLAIM_RE = re.compile(
 _LEADING_PATH_RE = re.compile(
     r"(?:\s*(?:,|:|\band\b|&)?\s*(?:the\s+)?(?:files?:?\s+)?[`'\"]?)([\w./~@+-]+)[`'\"]?"
 )
+_RENAMED_TO_RE = re.compile(r"""\s*(?:to|->|→|=>)\s*[`'"]?[\w./~@+-]+\.\w+""")
 _SENTENCE_RE = re.compile(r"\n+|(?<=[.;!?])\s+")
 
 
@@ -147,10 +149,20 @@ def split_summary(text: str) -> tuple[str, str | None]:
     return text, None
 
 
+# A next step that quotes what the user asked for ("The user's exact request was: > "..."")
+# is anchored to that request even when it names no file or identifier.
+_QUOTED_REQUEST_RE = re.compile(r'["“][^"”\n]{15,}["”]')
+
+
 def is_concrete(step: str | None) -> bool:
     if not step:
         return False
-    return bool(paths_in(step) or test_names_in(step) or _CONCRETE_RE.search(step))
+    return bool(
+        paths_in(step)
+        or test_names_in(step)
+        or _CONCRETE_RE.search(step)
+        or _QUOTED_REQUEST_RE.search(step)
+    )
 
 
 def says_none_needed(step: str | None) -> bool:
@@ -201,7 +213,7 @@ def check_summary(
     check.omitted += [
         OmittedItem(kind="file_path", value=p)
         for p in state.key_files
-        if not mentions_path(mentioned, p)
+        if not mentions_path(mentioned, p) and not names_file(text, p)
     ]
     check.omitted += [
         OmittedItem(kind="failing_command", value=group[-1])
@@ -294,9 +306,16 @@ def _object_paths(text: str) -> list[str]:
         match = _LEADING_PATH_RE.match(rest)
         if not match or not paths_in(match.group(1)):
             return found
-        found.append(paths_in(match.group(1))[0])
         rest = rest[match.end() :]
+        if _RENAMED_TO_RE.match(rest):  # "changed `a.json` to `b.json`": a name in text, not a file
+            return found
+        found.append(paths_in(match.group(1))[0])
 
 
 def _is_negated(before: str) -> bool:
-    return bool(re.search(r"(?i)\b(?:not|never|n't|un)\s*\w*\s*$", before))
+    """The verb is denied or still to come: "not yet updated", "haven't yet updated",
+    "needs to be updated", "will be modified", "should be changed"."""
+    return bool(
+        re.search(r"(?i)(?:\b(?:not|never|un)|n't)\s*\w*\s*$", before)
+        or re.search(r"(?i)\b(?:to|will|would|should|must|needs?|can)\s+(?:be\s+|get\s+)?$", before)
+    )

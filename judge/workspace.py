@@ -6,8 +6,9 @@ AutoCompact's working state is "which files are changed, which tests exist and w
 they pass" plus what is established; docs/summaries.md lists the key state a summary must
 not drop: file paths, failing commands, error signatures, test names. Here:
 
-- key files: files the agent wrote (not the harness's own, such as Claude Code's plan
-  files), files its still-failing commands run, and files it
+- key files: files the agent wrote since its last ``git commit`` (the uncommitted
+  edits; a commit records the files before it), not the harness's own (Claude Code's plan
+  files) nor scratch files (``/tmp/…``), files its still-failing commands run, and files it
   opened that those failures point at (traceback locations) or that the task names;
 - failing commands: test, build and lint runs whose *latest* run failed (a failure fixed
   later is history), with the tests each reports failed; an exploring command that exits
@@ -21,6 +22,7 @@ summarized well by the two that matter.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -32,6 +34,7 @@ from judge.facts import (
     error_signatures_in,
     failed_tests_in,
     is_harness_file,
+    is_temporary,
     located_paths_in,
     looks_failed,
     mentions_path,
@@ -102,6 +105,7 @@ class WorkspaceState:
     verified_after_last_write: bool = False  # a test run passed after the last write
     unverified_writes: list[str] = field(default_factory=list)  # written after the last test run
     seen_paths: list[str] = field(default_factory=list)  # every path mentioned anywhere
+    committed: list[str] = field(default_factory=list)  # written, then a commit, not since
 
 
 def workspace_state(messages: Iterable[MessageEvent]) -> WorkspaceState:
@@ -111,10 +115,14 @@ def workspace_state(messages: Iterable[MessageEvent]) -> WorkspaceState:
     named_tests: list[str] = []
     writes_since_test: list[str] = []
     steps = steps_in(messages)
+    uncommitted: list[str] = []
     for step in steps:
         op = step.op
         _add(state.written, op.written)
+        _add(uncommitted, op.written)
         _add(writes_since_test, op.written)
+        if _commits(step):
+            uncommitted = []
         if op.kind == "test" and op.command:  # a failing grep or `git show` is not key state
             latest_run[_run_key(op)] = step
         if op.kind != "test" or step.result is None:
@@ -139,7 +147,8 @@ def workspace_state(messages: Iterable[MessageEvent]) -> WorkspaceState:
     }
     for s in failing:
         _add(state.errors, error_signatures_in(s.result or ""))
-    state.key_files = [p for p in state.written if not is_harness_file(p)]
+    state.committed = [p for p in state.written if p not in uncommitted]
+    state.key_files = [p for p in uncommitted if not is_harness_file(p) and not is_temporary(p)]
     _add(state.key_files, [p for s in failing for p in s.op.targets])
     opened = [p for s in steps if s.op.kind in ("read", "write") for p in s.op.targets]
     _add(
@@ -155,6 +164,21 @@ def workspace_state(messages: Iterable[MessageEvent]) -> WorkspaceState:
         for call in msg.tool_calls:
             _add(state.seen_paths, paths_in(call.arguments))
     return state
+
+
+_GIT_COMMIT_RE = re.compile(r"\bgit\s+(?:-C\s+\S+\s+|-c\s+\S+\s+)*commit\b")
+
+
+def _commits(step: Step) -> bool:
+    """A ``git commit`` that ran and did not fail: the files written before it are in
+    the commit (an approximation: ``git commit`` without ``-a`` commits what was staged,
+    and agents stage what they wrote)."""
+    return bool(
+        step.op.command
+        and _GIT_COMMIT_RE.search(step.op.command)
+        and step.result is not None
+        and not step.failed
+    )
 
 
 def _run_key(op: Op) -> str:

@@ -52,10 +52,15 @@ def test_scores_count_flags_against_labels_per_check():
 
 
 def test_a_flag_on_a_clean_label_is_a_false_positive():
-    # Renaming the settings file in the edit makes the second summary omit a written file.
-    text = FIXTURE.read_text().replace(
-        '"name": "Edit", "input": {"file_path": "/work/app/.claude',
-        '"name": "Edit", "input": {"file_path": "/work/app/.claudx',
+    # Renaming the settings file in the edit, and no commit after it, makes the second
+    # summary omit an uncommitted written file.
+    text = (
+        FIXTURE.read_text()
+        .replace(
+            '"name": "Edit", "input": {"file_path": "/work/app/.claude/settings.json',
+            '"name": "Edit", "input": {"file_path": "/work/app/.claude/hooks_config.json',
+        )
+        .replace("git commit -am 'Fix RunHook' && ", "")
     )
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"judge_compactions-{os.getpid()}.jsonl"
     path.write_text(text)

@@ -12,12 +12,13 @@ from tests.judge.test_llm import client, ok, serve  # noqa: F401  (serve: the se
 
 
 def renamed_settings():
-    """The second summary now omits a file the agent wrote (a rule hit on call 11)."""
+    """The second summary now omits a file the agent wrote and did not commit (a rule hit
+    on call 11)."""
     return session(
         lambda t: t.replace(
-            '"name": "Edit", "input": {"file_path": "/work/app/.claude',
-            '"name": "Edit", "input": {"file_path": "/work/app/.claudx',
-        )
+            '"name": "Edit", "input": {"file_path": "/work/app/.claude/settings.json',
+            '"name": "Edit", "input": {"file_path": "/work/app/.claude/hooks_config.json',
+        ).replace("git commit -am 'Fix RunHook' && ", "")
     )
 
 
