@@ -6,6 +6,7 @@ module level, so ``seam --help`` works without it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -59,10 +60,11 @@ def run_train_step(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from trainer import distributed
     from trainer.batching import plan_steps
     from trainer.models import Critic, load_policy
     from trainer.ppo import PPOConfig, PPOTrainer
-    from trainer.streaming import build_index, read_rows
+    from trainer.streaming import build_index, read_rows, split_step
 
     _check_model_dir("--model", args.model)
     _check_model_dir("--critic", args.critic or args.model)
@@ -96,20 +98,31 @@ def run_train_step(args) -> int:
     except (FileNotFoundError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     _quiet_transformers()
+    rank, world = 0, 1
+    if distributed.launched_by_torchrun():
+        if args.save:
+            raise UsageError(
+                "--save under torchrun is not supported yet (DCP checkpoints: issue 25 item 3)"
+            )
+        rank, world = distributed.init(device)
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+            torch.cuda.set_device(device)
     torch.manual_seed(args.seed)
     trainer = PPOTrainer(
         load_policy(args.model, device),
         Critic.from_pretrained(args.critic or args.model, device),
         config,
         device,
+        sharded=world > 1,
     )
     vocab = trainer.policy.get_input_embeddings().num_embeddings
 
-    console = Console()
+    console = Console(quiet=rank != 0)
     if (
         not console.is_terminal
     ):  # logs and make: rich would otherwise squeeze the table into 80 columns
-        console = Console(width=200)
+        console = Console(width=200, quiet=rank != 0)
     columns = COLUMNS + (
         [("MFU", 6, lambda m: f"{m.mfu(args.peak_tflops * 1e12):.1%}")]
         if device.type == "cuda"
@@ -120,22 +133,25 @@ def run_train_step(args) -> int:
         f"device {device}, λ "
         f"{f'adaptive per {args.lambda_rule} (α={args.alpha:g})' if args.lam is None else args.lam}, "
         f"{config.critic_updates} critic updates per policy update"
+        + (f", {world} ranks" if world > 1 else "")
     )
     plan = plan_steps(
         index.segments, args.rollouts_per_step, args.steps, args.max_step_tokens, args.shuffle_seed
     )
     for number, step in enumerate(plan):
+        share = split_step(step, world, config.micro_batch_tokens)[rank]
         try:
-            segments = read_rows(index, step)
+            segments = read_rows(index, share.segments)
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
-        top = max(int(s.input_ids.max()) for s in segments)
+        top = max((int(s.input_ids.max()) for s in segments), default=0)
         if top >= vocab:
             raise UsageError(
                 f"the shards hold token id {top} but {args.model} has a vocabulary of {vocab}: "
                 "build the shards with the model's tokenizer"
             )
-        metrics = trainer.step(segments)
+        metrics = trainer.step(segments, list(share.micro_batches))
+        metrics = dataclasses.replace(metrics, rollouts=len({s.rollout_id for s in step}))
         table = Table(show_header=number == 0, box=None, pad_edge=False)
         for header, width, _ in columns:
             table.add_column(header, width=width, justify="right", no_wrap=True)

@@ -114,10 +114,29 @@ def policy_hidden(
     return out.last_hidden_state[0]
 
 
+def head_logits(policy: CausalLM, hidden: torch.Tensor) -> torch.Tensor:
+    """The model's logits at ``hidden``: its output layer (bias included) and the final transform
+    its Hugging Face ``forward`` applies — ``logit_scale`` (Cohere: ``z·s``), ``logits_scaling``
+    (Granite: ``z/s``), ``final_logit_softcapping`` (Gemma 2/3: ``c·tanh(z/c)``).
+
+    Under FSDP call it inside a sharded module's forward: there the head's weight is whole.
+    """
+    logits = policy.get_output_embeddings()(hidden)
+    config = policy.config
+    if getattr(config, "logit_scale", None):
+        logits = logits * config.logit_scale
+    if getattr(config, "logits_scaling", None):
+        logits = logits / config.logits_scaling
+    cap = getattr(config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
 def _chunk_logprobs(
-    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, with_entropy: bool
+    policy: CausalLM, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool
 ):
-    logits = F.linear(hidden, weight).float()
+    logits = head_logits(policy, hidden).float()
     logp = -F.cross_entropy(logits, targets, reduction="none")
     if not with_entropy:
         return logp, None
@@ -135,23 +154,48 @@ def token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log π(target | prefix)`` at the given hidden states ``[M, H]``, and optionally the entropy.
 
+    Logits are ``head_logits``: the model's own head and final transform, so a head with a
+    bias, a logit scale or soft-capping gives what the model's ``forward`` gives.
     Computed in chunks of positions; under autograd each chunk is checkpointed, so only
     one ``[chunk, vocab]`` block of logits is alive at a time (with a 151k vocabulary it
     is the largest tensor of the step). Entropy carries no gradient (a metric).
     """
-    weight = policy.get_output_embeddings().weight
     pieces = []
     for start in range(0, hidden.shape[0], chunk):
-        args = (hidden[start : start + chunk], weight, targets[start : start + chunk], with_entropy)
+        args = (policy, hidden[start : start + chunk], targets[start : start + chunk], with_entropy)
         if torch.is_grad_enabled():
             pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False))
         else:
             pieces.append(_chunk_logprobs(*args))
     if not pieces:
-        empty = hidden.new_zeros(0, dtype=torch.float32)
-        return empty, empty if with_entropy else None
+        # Through the head even when empty: every parameter then gets a (zero) gradient, which
+        # FSDP needs on a rank whose micro-batch is padding while the others train.
+        return _chunk_logprobs(policy, hidden, targets, with_entropy)
     logp = torch.cat([p[0] for p in pieces])
     return logp, torch.cat([p[1] for p in pieces]) if with_entropy else None
+
+
+class PolicyLogprobs(nn.Module):
+    """The policy as one module whose forward returns log-probs (and entropy) at ``positions``.
+
+    FSDP all-gathers a module's own parameters around its forward, so the output head and
+    embeddings, owned by this root, are whole exactly while the log-probs are computed.
+    """
+
+    def __init__(self, policy: CausalLM):
+        super().__init__()
+        self.policy = policy
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        positions: torch.Tensor,
+        targets: torch.Tensor,
+        with_entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        hidden = policy_hidden(self.policy, input_ids, position_ids)[positions]
+        return token_logprobs(self.policy, hidden, targets, with_entropy=with_entropy)
 
 
 class Critic(nn.Module):

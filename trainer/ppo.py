@@ -30,11 +30,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.batching import MicroBatch, TrainingSegment, pack
+from trainer import distributed
+from trainer.batching import MicroBatch, TrainingSegment, pack, pack_row
 from trainer.flops import ModelShape
 from trainer.gae import DEFAULT_ALPHA, LAMBDA_RULES, cross_trajectory_gae, segment_lambda
 from trainer.losses import approx_kl, clipped_surrogate, clipped_value_loss, token_level
-from trainer.models import CausalLM, Critic, copy_tokenizer, policy_hidden, token_logprobs
+from trainer.models import CausalLM, Critic, PolicyLogprobs, copy_tokenizer
 
 
 @dataclass(frozen=True)
@@ -137,9 +138,43 @@ def evaluating(*modules: torch.nn.Module):
             m.train(mode)
 
 
+EMPTY_ROW = MicroBatch(
+    np.zeros(1, np.int64),
+    np.zeros(1, np.int64),
+    np.zeros(1, np.int64),
+    np.zeros(1, bool),
+    np.full(1, np.nan, np.float32),
+    (),
+)  # a padding micro-batch: one token, nothing to train; it still runs forward and backward
+
+
+def _clip(model: torch.nn.Module, max_norm: float) -> float:
+    """Clip by the global gradient norm (over all ranks' shards when sharded); the norm before."""
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+
 class PPOTrainer:
-    def __init__(self, policy: CausalLM, critic: Critic, config: PPOConfig, device: torch.device):
+    """The PPO step; with ``sharded`` (under torchrun) policy and critic are FSDP2-sharded and
+    each rank trains its share of the step (``trainer/distributed.py``)."""
+
+    def __init__(
+        self,
+        policy: CausalLM,
+        critic: Critic,
+        config: PPOConfig,
+        device: torch.device,
+        sharded: bool = False,
+    ):
         self.policy, self.critic, self.config, self.device = policy, critic, config, device
+        self.policy_shape = ModelShape.of(policy)
+        self.critic_shape = ModelShape.of(critic.backbone)
+        self.policy_lp = PolicyLogprobs(policy)
+        self.loss_scale = 1.0
+        if sharded:
+            distributed.shard(self.policy_lp, distributed.decoder_layers(policy))
+            distributed.shard(critic, distributed.decoder_layers(critic.backbone))
+            self.loss_scale = float(torch.distributed.get_world_size())
         fused = device.type == "cuda"  # one kernel for the whole update instead of one per tensor
         self.policy_opt = torch.optim.AdamW(
             policy.parameters(), lr=config.policy_lr, weight_decay=config.weight_decay, fused=fused
@@ -147,8 +182,6 @@ class PPOTrainer:
         self.critic_opt = torch.optim.AdamW(
             critic.parameters(), lr=config.critic_lr, weight_decay=config.weight_decay, fused=fused
         )
-        self.policy_shape = ModelShape.of(policy)
-        self.critic_shape = ModelShape.of(critic.backbone)
         self.steps_done = 0
 
     def autocast(self):
@@ -158,18 +191,29 @@ class PPOTrainer:
 
     # -- 1-3: pack, old log-probs, values, advantages ------------------------------------
 
-    def prepare(self, segments: list[TrainingSegment]) -> list[PreparedBatch]:
-        """Micro-batches of the step with old log-probs, old values, Â and G filled in."""
-        prepared = [self._to_device(b) for b in pack(segments, self.config.micro_batch_tokens)]
+    def prepare(
+        self, segments: list[TrainingSegment], bins: list[tuple[int, ...]] | None = None
+    ) -> list[PreparedBatch]:
+        """Micro-batches of the step with old log-probs, old values, Â and G filled in.
+
+        ``bins``: the micro-batches as indices into ``segments`` (``streaming.split_step``;
+        ``()`` is padding); default ``pack``'s.
+        """
+        if bins is None:
+            batches = pack(segments, self.config.micro_batch_tokens)
+        else:
+            batches = [pack_row([(i, segments[i]) for i in b]) if b else EMPTY_ROW for b in bins]
+        prepared = [self._to_device(b) for b in batches]
         # Without dropout: the old log-probs stand for the sampling policy, which did not drop
         # units; in train mode a model with dropout would start its first update off ratio 1.
-        with torch.no_grad(), self.autocast(), evaluating(self.policy, self.critic):
+        # Every rank runs the policy on every micro-batch (FSDP's collectives must pair up).
+        sharded = self.loss_scale != 1.0
+        with torch.no_grad(), self.autocast(), evaluating(self.policy_lp, self.critic):
             for p in prepared:
                 missing = torch.isnan(p.old_logprobs) | self.config.recompute_old_logprobs
                 p.recomputed = int(missing.sum())
-                if p.recomputed:
-                    hidden = policy_hidden(self.policy, p.input_ids, p.position_ids)[p.positions]
-                    logp, _ = token_logprobs(self.policy, hidden, p.targets)
+                if p.recomputed or sharded:
+                    logp, _ = self.policy_lp(p.input_ids, p.position_ids, p.positions, p.targets)
                     p.old_logprobs = torch.where(missing, logp, p.old_logprobs)
                 p.old_values = self.critic(p.input_ids, p.position_ids, p.positions)
         for p in prepared:
@@ -230,11 +274,11 @@ class PPOTrainer:
                 clipped_value_loss(values, p.old_values, p.returns, self.config.value_clip),
                 total_trainable,
             )
-            loss.backward()
+            (loss * self.loss_scale).backward()
             total += loss.item()
-        torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.config.max_grad_norm)
+        self.critic_grad_norm = _clip(self.critic, self.config.max_grad_norm)
         self.critic_opt.step()
-        return total
+        return distributed.global_sum([total], self.device)[0]
 
     # -- 5: policy -------------------------------------------------------------------------
 
@@ -248,9 +292,8 @@ class PPOTrainer:
         with contextlib.nullcontext() if update else torch.no_grad():
             for p in prepared:
                 with self.autocast():
-                    hidden = policy_hidden(self.policy, p.input_ids, p.position_ids)[p.positions]
-                    logp, entropy = token_logprobs(
-                        self.policy, hidden, p.targets, with_entropy=True
+                    logp, entropy = self.policy_lp(
+                        p.input_ids, p.position_ids, p.positions, p.targets, with_entropy=True
                     )
                 assert p.advantages is not None  # step 3
                 per_token, clipped = clipped_surrogate(
@@ -258,15 +301,17 @@ class PPOTrainer:
                 )
                 loss = token_level(per_token, total_trainable)
                 if update:
-                    loss.backward()
+                    (loss * self.loss_scale).backward()
                 sums["policy_loss"] += loss.item()
                 sums["clipped"] += clipped.sum().item()
                 sums["approx_kl"] += approx_kl(logp.detach(), p.old_logprobs).sum().item()
                 assert entropy is not None  # asked for with_entropy=True
                 sums["entropy"] += entropy.sum().item()
         if update:
-            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.max_grad_norm)
+            self.policy_grad_norm = _clip(self.policy, self.config.max_grad_norm)
             self.policy_opt.step()
+        keys = list(sums)
+        sums = dict(zip(keys, distributed.global_sum([sums[k] for k in keys], self.device)))
         return dict(
             policy_loss=sums["policy_loss"],
             clip_fraction=sums["clipped"] / total_trainable,
@@ -276,10 +321,14 @@ class PPOTrainer:
 
     # -- the step --------------------------------------------------------------------------
 
-    def step(self, segments: list[TrainingSegment]) -> StepMetrics:
+    def step(
+        self, segments: list[TrainingSegment], bins: list[tuple[int, ...]] | None = None
+    ) -> StepMetrics:
+        """One PPO step on ``segments`` (this rank's share when sharded; ``bins`` as in ``prepare``)."""
         started = time.perf_counter()
-        prepared = self.prepare(segments)
-        total_trainable = sum(int(p.positions.numel()) for p in prepared)
+        prepared = self.prepare(segments, bins)
+        local = sum(int(p.positions.numel()) for p in prepared)
+        total_trainable = int(distributed.global_sum([local], self.device)[0])  # |M| of the step
         if total_trainable == 0:
             raise ValueError("the step's segments have no trainable tokens")
         update_policy = self.steps_done >= self.config.critic_warmup_steps
@@ -296,7 +345,27 @@ class PPOTrainer:
         seconds = time.perf_counter() - started
         self.steps_done += 1
 
-        advantages = torch.cat([p.advantages for p in prepared if p.advantages is not None])
+        advantages = torch.cat(
+            [p.advantages for p in prepared if p.advantages is not None]
+        ).double()
+        count, total, squares, segs, tokens = distributed.global_sum(
+            [
+                advantages.numel(),
+                advantages.sum().item(),
+                (advantages**2).sum().item(),
+                len(segments),
+                sum(p.batch.num_tokens for p in prepared if p.batch.spans),
+            ],
+            self.device,
+        )
+        top, neg_bottom = distributed.global_max(
+            [
+                advantages.max().item() if advantages.numel() else -np.inf,
+                -advantages.min().item() if advantages.numel() else -np.inf,
+            ],
+            self.device,
+        )
+        mean = total / count
         return StepMetrics(
             step=self.steps_done,
             policy_updated=update_policy,
@@ -305,13 +374,15 @@ class PPOTrainer:
             clip_fraction=policy["clip_fraction"],
             approx_kl=policy["approx_kl"],
             entropy=policy["entropy"],
-            advantage_mean=advantages.mean().item(),
-            advantage_std=advantages.std(unbiased=False).item(),
-            advantage_min=advantages.min().item(),
-            advantage_max=advantages.max().item(),
-            rollouts=len({s.rollout_id for s in segments}),
-            segments=len(segments),
-            tokens=sum(p.batch.num_tokens for p in prepared),
+            advantage_mean=mean,
+            advantage_std=max(squares / count - mean * mean, 0.0) ** 0.5,
+            advantage_min=-neg_bottom,
+            advantage_max=top,
+            rollouts=len(
+                {s.rollout_id for s in segments}
+            ),  # this rank's; the command sets the step's
+            segments=int(segs),
+            tokens=int(tokens),
             trainable_tokens=total_trainable,
             seconds=seconds,
             model_flops=self._step_flops(prepared, total_trainable, update_policy),
