@@ -389,6 +389,10 @@ def test_a_restarted_gateway_continues_its_sessions(tmp_path, model_server, star
     _chat(client, history)
     calls = calls_of(second.out / "calls" / "long.jsonl")
     assert [c["seam"]["extends_previous"] for c in calls] == [None, True]
+    assert [c["seam"]["call"] for c in calls] == [1, 2]
+    # The restarted gateway read call 1 back and stored call 2 as a delta to it.
+    raw = (second.out / "calls" / "long.jsonl").read_bytes().splitlines()
+    assert json.loads(raw[1])["request_delta"]["base"] == 1
     out, result = build_collection(tmp_path, second.out, rewards=rewards_file(tmp_path, "long"))
     rows = rows_of(out)
     assert len(rows) == 1 and rows[0]["num_calls"] == 2

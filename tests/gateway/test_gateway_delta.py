@@ -193,3 +193,66 @@ def test_a_trickling_client_is_dropped(model_server, start_gateway):
     )
     body.settimeout(10)
     assert body.recv(4096).startswith(b"HTTP/1.1 408")
+
+
+def test_a_restarted_session_is_loaded_off_the_event_loop(tmp_path, start_gateway, monkeypatch):
+    """A restarted gateway reads a session's log on that session's first call, in a
+    thread: while one session's long log loads, other sessions are answered."""
+    import threading
+
+    from pipeline.gateway.server import Gateway
+
+    engine = ThreadedApp(make_app())
+    try:
+        first = start_gateway(engine.url + "/v1")
+        body = {"model": "stub", "messages": [{"role": "user", "content": "hi"}]}
+        assert requests.post(first.base("t", "old") + "/v1/chat/completions", json=body).ok
+        first.stop()
+        loading, release = threading.Event(), threading.Event()
+        real_load = Gateway._load
+
+        def slow_load(self, session):
+            if session.rollout_id == "old":
+                loading.set()
+                release.wait(30)  # a 532 MB log takes seconds; this one until released
+            return real_load(self, session)
+
+        monkeypatch.setattr(Gateway, "_load", slow_load)
+        second = start_gateway(engine.url + "/v1")  # same --out: nothing read at startup
+        assert not loading.is_set()
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            old = pool.submit(
+                requests.post, second.base("t", "old") + "/v1/chat/completions", json=body
+            )
+            assert loading.wait(30)
+            started = time.monotonic()
+            other = requests.post(second.base("t", "new") + "/v1/chat/completions", json=body)
+            assert other.ok and time.monotonic() - started < 10 and not old.done()
+            release.set()
+            assert old.result(30).ok
+        numbers = [c["seam"]["call"] for c in calls_of(second.out / "calls" / "old.jsonl")]
+        assert numbers == [1, 2]
+    finally:
+        engine.stop()
+
+
+def test_a_session_keeps_its_last_call_not_every_record(start_gateway):
+    """Without a judge the gateway holds one call per session (the next delta's base and
+    the extends-previous reference), however long the session (memory grew with every
+    record: 630 → 1,852 MB over 1,200 calls)."""
+    engine = ThreadedApp(make_app())
+    try:
+        gw = start_gateway(engine.url + "/v1")
+        url = gw.base("t", "held") + "/v1/chat/completions"
+        history = [{"role": "user", "content": "go"}]
+        for _ in range(5):
+            answer = requests.post(url, json={"model": "stub", "messages": history}).json()
+            history += [answer["choices"][0]["message"], {"role": "user", "content": "more"}]
+        session = gw.gateway.sessions["held"]
+        assert session.calls == [] and session.base is not None
+        assert session.base["seam"]["call"] == 5 and session.next_call == 6
+        assert session.base["request"]["messages"] == history[:-2]
+    finally:
+        engine.stop()
