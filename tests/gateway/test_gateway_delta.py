@@ -42,8 +42,10 @@ def long_session(tmp_path_factory):
         history = [{"role": "system", "content": "You are a coding agent."}]
         history.append({"role": "user", "content": "Fix the failing test."})
         with requests.Session() as http:
-            for i in range(CALLS):
-                answer = http.post(url, json={"model": "stub", "messages": history}).json()
+            http.headers["Content-Type"] = "application/json"
+            for i in range(CALLS):  # orjson both ways: the stdlib's json was most of the time
+                sent = orjson.dumps({"model": "stub", "messages": history})
+                answer = orjson.loads(http.post(url, data=sent).content)
                 history.append(answer["choices"][0]["message"])
                 history.append({"role": "user", "content": f"output of step {i}: " + "x" * 60})
     finally:
