@@ -103,7 +103,6 @@ class Session:
     task_id: str
     loaded: bool = False  # the call log of an earlier gateway process was read
     calls: list[tuple[int, dict, str]] = field(default_factory=list)  # (line, record, raw)
-    previous: list[dict] | None = None  # last request's messages + its response
     base: dict | None = None  # the last delivered call's full record (a delta's base)
     base_call: int | None = None  # its seam.call
     next_call: int = 1  # seam.call of the next record
@@ -127,6 +126,26 @@ def _norm(msg: dict) -> dict:
     if not out["content"]:
         out["content"] = ""
     return out
+
+
+def _extends(messages: list, base: dict) -> bool:
+    """Whether a request's ``messages`` extend the previous call's (``base``) request plus
+    its answer, compared as the model sees them (``_norm``). The request part is compared
+    as sent first (one C-level list comparison: a harness re-sends it unchanged), and
+    only the answer, which harnesses re-send in their own form, is normalized; messages
+    that differ as sent fall back to normalizing all of them. Equal as sent implies equal
+    normalized, so the answer is the one the full normalization gives, without its
+    per-call cost in the history's length (and without a normalized copy of the history
+    kept per session)."""
+    sent_before = base["request"].get("messages") or []
+    answer = call_delta._answer_message(base["response"]) or {}
+    k = len(sent_before)
+    if len(messages) < k + 1:
+        return False
+    if messages[:k] == sent_before:
+        return _norm(messages[k]) == _norm(answer)
+    prefix = [*sent_before, answer]
+    return [_norm(m) for m in messages[: k + 1]] == [_norm(m) for m in prefix]
 
 
 class Gateway:
@@ -313,16 +332,12 @@ class Gateway:
                 return web.Response(status=status, body=response, content_type="application/json")
             kind = "summary" if self._is_summary_request(upstream_body) else None
             messages = upstream_body.get("messages") or []
-            candidate = dict(response["choices"][0].get("message") or {})
-            extends = (
-                session.previous is not None
-                and [_norm(m) for m in messages[: len(session.previous)]] == session.previous
-            )
+            extends = session.base is not None and _extends(messages, session.base)
             seam: dict[str, Any] = {
                 "dialect": dialect,
                 "stream": stream,
                 "upstream_ms": round(upstream_ms, 2),
-                "extends_previous": extends if session.previous is not None else None,
+                "extends_previous": extends if session.base is not None else None,
             }
             if kind:
                 seam["kind"] = kind
@@ -363,8 +378,6 @@ class Gateway:
                 session.base, session.base_call = record, number
                 if self.judge is not None:
                     session.calls.append((number, record, ""))
-                final = dict(executed["choices"][0].get("message") or candidate)
-                session.previous = [_norm(m) for m in messages] + [_norm(final)]
             self.stats["calls"] += 1
         if stream:
             return await _stream(request, reply)
@@ -427,10 +440,6 @@ class Gateway:
                 session.base, session.base_call = full, number
                 if self.judge is not None:
                     session.calls.append((line, full, ""))
-        if session.base is not None:
-            messages = (session.base.get("request") or {}).get("messages") or []
-            answer = call_delta._answer_message(session.base.get("response") or {}) or {}
-            session.previous = [_norm(m) for m in messages] + [_norm(answer)]
 
     def _is_summary_request(self, body: dict) -> bool:
         users = [m for m in body.get("messages") or [] if m.get("role") == "user"]

@@ -15,6 +15,8 @@ import time
 import orjson
 import pytest
 import requests
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bench.engine_stub import make_app
 from pipeline.readers import Accepted, Rejected, Skipped
@@ -258,3 +260,23 @@ def test_a_session_keeps_its_last_call_not_every_record(start_gateway):
         assert session.base["request"]["messages"] == history[:-2]
     finally:
         engine.stop()
+
+
+_message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant"]), "content": st.sampled_from(["a", "", None])},
+    optional={"refusal": st.none(), "tool_calls": st.sampled_from([[], None])},
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(_message, max_size=4), _message, st.lists(_message, max_size=6))
+def test_extends_previous_is_the_normalized_comparison(sent_before, answer, messages):
+    """The raw-first comparison gives what normalizing every message gave (the online
+    extends_previous test before), on requests that re-send the history or not."""
+    from pipeline.gateway.server import _extends, _norm
+
+    base = {"request": {"messages": sent_before}, "response": {"choices": [{"message": answer}]}}
+    previous = [_norm(m) for m in sent_before] + [_norm(answer)]
+    for request in (messages, sent_before + messages, [*sent_before, answer, *messages]):
+        expected = [_norm(m) for m in request[: len(previous)]] == previous
+        assert _extends(request, base) == expected
