@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -202,6 +203,7 @@ def bench_gateway(quick: bool = False, rounds: int = 2) -> dict:
         results["engines"][f"{int(delay)} ms per call"] = rows
         if delay == 0.0:
             results["bytes_logged_per_call"] = _log_sizes(collect / "calls")
+    shutil.rmtree(work, ignore_errors=True)  # the logs were measured; nothing else reads them
     results["note"] = (
         "added latency: median (p99) through the gateway minus straight to the engine, all "
         "calls of all rounds; calls/s: each side's best round; CPU: the gateway process"
