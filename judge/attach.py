@@ -14,7 +14,9 @@ match its rollout is reported, never silently dropped):
   compaction decision (it compacts, its original proposal compacted, or a compaction
   follows within ``TRIGGER_WINDOW`` calls); ``continuation`` → one of the first
   ``POST_COMPACTION_CALLS`` action calls after a compaction;
-- no other correction of the same type names the same call.
+- no other correction of the same type names the same call;
+- it was not made by an opt-in check of seam's rule judge (``judge/measured.py``: a
+  check below the precision bar on held-out real labels writes findings, not targets).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pydantic import ValidationError
 
 from judge.facts import classify
 from judge.history import POST_COMPACTION_CALLS, compactions
+from judge.measured import opt_in_rule_correction
 from schemas.correction import Correction
 from schemas.replay import CallView, replay
 from schemas.rollout import MessageEvent, Rollout
@@ -110,6 +113,9 @@ def misfit(
     k = correction.call_index
     if correction.rollout_id != rollout.rollout_id:
         return f"names rollout {correction.rollout_id!r} but is attached to rollout {rollout.rollout_id!r}"
+    below_bar = opt_in_rule_correction(correction.judge_model, correction.type, correction.verdict)
+    if below_bar:
+        return below_bar
     if k >= len(views):
         return f"call {k} does not exist: the rollout has {len(views)} calls"
     executed = executed_output_text(views[k].message)

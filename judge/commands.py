@@ -86,11 +86,16 @@ def run_judge(args) -> int:
     if args.llm:
         findings, failures, usage = _llm_findings(args, rollouts)
     else:
+        from judge.measured import checks_report
         from judge.rules import RULE_JUDGE, judge_rollout
 
         findings = [f for r in rollouts for f in judge_rollout(r, checks)]
         failures, usage = [], None
-        console.print(f"rule judge {RULE_JUDGE}")
+        console.print(
+            f"rule judge {RULE_JUDGE}; checks that ran (measured precision, docs/sft.md):"
+        )
+        for line in checks_report(checks):
+            console.print(f"  {line}", highlight=False, soft_wrap=True)
     with _open_out(args.out) as out:
         for f in findings:
             out.write(f.model_dump_json() + "\n")

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from judge.audit import summary_check
 from judge.facts import classify, command_core, mentions_path, paths_in, test_names_in
 from judge.history import POST_COMPACTION_CALLS, Compaction, compactions, windows
+from judge.measured import default_checks
 from judge.summary import says_none_needed, split_summary, summary_body
 from judge.workspace import steps_in, workspace_state
 from schemas.correction import Evidence, Finding, OmittedItem
@@ -49,11 +50,12 @@ ALL_CHECKS = (
     "continuation/redo",
     "continuation/ignored_next_step",
 )
-# On by default: the checks whose precision on the shipped hand labels
-# (judge/labels/claude_code_realworld.jsonl, `seam judge --eval`) is >= 0.8, or that raised
-# no false positive and missed no labelled positive there (docs/sft.md, "Calibration",
-# has the numbers and the caveat: six labels, no labelled defect).
-DEFAULT_CHECKS = ALL_CHECKS
+# On by default: the checks whose precision on the held-out labelled real compactions is
+# >= 0.8 over >= 5 flags, and the trigger checks, which harness logs cannot exercise
+# (judge/measured.py, judge/labels/measured.json; docs/sft.md, "Calibration"). Today no
+# state or continuation check clears the bar: they are opt-in (--checks).
+DEFAULT_CHECKS = default_checks(ALL_CHECKS)
+OPT_IN_CHECKS = tuple(c for c in ALL_CHECKS if c not in DEFAULT_CHECKS)
 
 
 def judge_rollout(rollout: Rollout, checks: tuple[str, ...] = DEFAULT_CHECKS) -> list[Finding]:

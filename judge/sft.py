@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 from judge.attach import CorrectionsFile, attach, executed_output_text
 from judge.audit import SUMMARY_AUDIT, audit_rollout
 from judge.filters import FilterOptions, over_length, rollout_filter, trim_dangling_call
+from judge.measured import OPT_IN_REASON
 from judge.synthesize import synthesize_summary_calls
 from pipeline.atomic import atomic_write
 from pipeline.mask import MaskedSegment
@@ -215,6 +216,9 @@ class TaskStage:
         attached, rejected = attach(rollout, extra)
         entries = [r.quarantine_entry() for r in rejected]
         self.counts["corrections_quarantined"] += len(rejected)
+        opt_in = sum(1 for r in rejected if r.reason.startswith(OPT_IN_REASON))
+        if opt_in:  # (a zero would add a key to every build's counts)
+            self.counts["corrections_quarantined_opt_in_check"] += opt_in
         dropped = rollout_filter(attached, self.stage.filters)
         if dropped:
             reason, detail = dropped

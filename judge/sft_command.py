@@ -53,9 +53,23 @@ def run_build_sft(args) -> int:
 
 
 def print_sft_counts(counts: dict) -> None:
-    """What the SFT stage did: corrections attached by type, quarantined, filtered by reason."""
+    """What the SFT stage did: corrections attached by type, quarantined, filtered by reason;
+    and which rule checks may write corrections, with their measured precision."""
     from rich.console import Console
     from rich.table import Table
+
+    from judge.measured import checks_report
+    from judge.rules import ALL_CHECKS, DEFAULT_CHECKS
+
+    console = Console()
+    console.print(
+        "rule judge corrections are kept only from checks on by default "
+        f"({', '.join(DEFAULT_CHECKS) or 'none'}); the others are opt-in, their corrections "
+        "quarantined:",
+        highlight=False,
+    )
+    for line in checks_report(ALL_CHECKS):
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
 
     table = Table(title="SFT stage", show_header=True, header_style="bold")
     table.add_column("what")
@@ -65,7 +79,7 @@ def print_sft_counts(counts: dict) -> None:
             "preference_pairs"
         ):
             table.add_row(key.replace("_", " "), f"{counts[key]:,}")
-    Console().print(table)
+    console.print(table)
 
 
 def register_build_sft(sub) -> None:

@@ -10,10 +10,12 @@ verdict, the rationale and the judge's name on the call and in ``corrections.jso
 Two judges:
 
 - ``rules``: seam's rule judge (``judge/rules.py``) on the session so far, candidate
-  included. Only findings that say what to do instead become corrections: a summary
-  that drops key state is replaced by the same summary with the dropped items appended
-  (the rule judge knows them exactly). Other findings are recorded on the call as
-  ``findings`` and the original goes through: a rule cannot write a better action.
+  included. Only findings that say what to do instead, from a check on by default
+  (``judge/measured.py``: precision >= 0.8 on held-out real labels), become
+  corrections: a summary that drops key state is replaced by the same summary with the
+  dropped items appended, with the finding's evidence. No state check clears that bar
+  today, so by default nothing is corrected. Every check's findings are recorded on the
+  call as ``findings`` (``on_by_default`` says which) and the original goes through.
 - ``URL``: an HTTP judge. The gateway POSTs ``{"rollout": <canonical rollout so far,
   candidate last>, "call_index": k, "candidate": <OpenAI assistant message>}`` and
   expects ``{"correction": null}`` or ``{"correction": {"type", "verdict",
@@ -49,6 +51,7 @@ class Review:
     replacement: dict  # an OpenAI assistant message: what the harness receives
     rationale: str
     judge_model: str
+    evidence: list[dict] = field(default_factory=list)  # [{message_id, quote}] it stands on
 
 
 @dataclass
@@ -64,21 +67,39 @@ class LoopJudge(Protocol):
 
 
 class RuleJudge:
-    def __init__(self) -> None:
-        from judge.rules import RULE_JUDGE
+    """``correcting``: the checks whose findings may replace a response (default: the
+    checks on by default, ``judge.rules.DEFAULT_CHECKS``)."""
+
+    def __init__(self, correcting: tuple[str, ...] | None = None) -> None:
+        from judge.rules import DEFAULT_CHECKS, RULE_JUDGE
 
         self.name = RULE_JUDGE
+        self.correcting = DEFAULT_CHECKS if correcting is None else correcting
 
     async def review(self, rollout: Rollout, call_index: int, candidate: dict) -> Outcome:
         return await asyncio.to_thread(self._review, rollout, call_index, candidate)
 
     def _review(self, rollout: Rollout, call_index: int, candidate: dict) -> Outcome:
-        from judge.rules import judge_rollout
+        from judge.rules import ALL_CHECKS, DEFAULT_CHECKS, judge_rollout
 
-        found = [f for f in judge_rollout(rollout) if f.call_index == call_index]
-        findings = [f.model_dump(exclude={"rollout_id", "call_index"}) for f in found]
+        found = [f for f in judge_rollout(rollout, ALL_CHECKS) if f.call_index == call_index]
+        findings = [
+            {
+                **f.model_dump(exclude={"rollout_id", "call_index"}),
+                "on_by_default": f"{f.type}/{f.verdict}" in DEFAULT_CHECKS,
+            }
+            for f in found
+        ]
+        # Only a check that cleared the precision bar (judge/measured.py) corrects; an
+        # opt-in check's finding is recorded, never executed in place of the original.
         omission = next(
-            (f for f in found if f.type == "state" and f.verdict == "omission" and f.omitted),
+            (
+                f
+                for f in found
+                if "state/omission" in self.correcting
+                and (f.type, f.verdict) == ("state", "omission")
+                and f.omitted
+            ),
             None,
         )
         if omission is None:
@@ -90,9 +111,9 @@ class RuleJudge:
             + "\n\nKey state the summary must keep:\n"
             + kept,
         }
-        return Outcome(
-            Review("state", "omission", replacement, omission.rationale, self.name), findings
-        )
+        evidence = [e.model_dump() for e in omission.evidence]
+        review = Review("state", "omission", replacement, omission.rationale, self.name, evidence)
+        return Outcome(review, findings)
 
 
 class HttpJudge:
@@ -160,4 +181,19 @@ def _parse_review(body: Any, candidate: dict) -> Review | None:
         replacement,
         str(c.get("rationale") or ""),
         str(c.get("judge_model") or "http-judge"),
+        _evidence(c.get("evidence")),
     )
+
+
+def _evidence(value: Any) -> list[dict]:
+    """The judge's ``evidence`` list (``[{message_id, quote}]``), kept on the correction;
+    an entry of another shape is not evidence and is left out."""
+    if not isinstance(value, list):
+        return []
+    return [
+        {"message_id": e["message_id"], "quote": e["quote"]}
+        for e in value
+        if isinstance(e, dict)
+        and isinstance(e.get("message_id"), str)
+        and isinstance(e.get("quote"), str)
+    ]

@@ -572,6 +572,7 @@ class Gateway:
             "original": executed_output_text(original_msg),
             "replacement": executed_output_text(replacement_msg),
             "rationale": review.rationale,
+            "evidence": review.evidence,
             "judge_model": review.judge_model,
         }
         seam["correction"] = {**correction, "original_response": response}

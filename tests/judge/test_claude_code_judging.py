@@ -22,7 +22,7 @@ from judge.audit import audit_rollout
 from judge.facts import classify, located_paths_in, looks_failed, paths_in
 from judge.filters import FilterOptions, rollout_filter, trim_dangling_call
 from judge.history import compactions, summary_of
-from judge.rules import judge_rollout, missed_triggers
+from judge.rules import ALL_CHECKS, judge_rollout, missed_triggers
 from judge.summary import split_summary, summary_body
 from judge.workspace import workspace_state
 from schemas.replay import replay
@@ -114,7 +114,7 @@ def test_the_next_step_is_the_optional_next_step_section_not_pending_tasks():
 
 
 def test_the_rule_judge_finds_nothing_wrong_in_the_session():
-    assert judge_rollout(session()) == []
+    assert judge_rollout(session(), ALL_CHECKS) == []
 
 
 def test_trigger_rules_do_not_apply_when_the_harness_compacts():
@@ -122,7 +122,7 @@ def test_trigger_rules_do_not_apply_when_the_harness_compacts():
     # settings.json is read twice with nothing written between: the unscoped rule fires...
     assert [f.verdict for f in missed_triggers(rollout, replay(rollout))] == ["missing_trigger"]
     # ... but in Claude Code the agent never decides to compact.
-    assert not [f for f in judge_rollout(rollout) if f.type == "trigger"]
+    assert not [f for f in judge_rollout(rollout, ALL_CHECKS) if f.type == "trigger"]
 
 
 def test_a_reread_before_an_edit_is_not_a_redo():
@@ -133,7 +133,7 @@ def test_a_reread_before_an_edit_is_not_a_redo():
         )
     )
     # Without the edit of settings.json after it, the re-read repeats established work.
-    found = [(f.type, f.verdict, f.call_index) for f in judge_rollout(rollout)]
+    found = [(f.type, f.verdict, f.call_index) for f in judge_rollout(rollout, ALL_CHECKS)]
     assert ("continuation", "redo", 6) in found
 
 
@@ -141,11 +141,11 @@ def test_a_user_message_after_the_compaction_overrides_the_next_step():
     step = json.dumps("None – the task is complete")[1:-1]  # as the JSONL spells it
     pending = "Watch the CI of PR #12 with `gh pr checks 12`"
     rollout = session(lambda t: t.replace(step, pending))
-    assert not [f for f in judge_rollout(rollout) if f.type == "continuation"]
+    assert not [f for f in judge_rollout(rollout, ALL_CHECKS) if f.type == "continuation"]
     silent = session(
         lambda t: t.replace(step, pending).replace("Now also document the hook", "<command-name>x")
     )
-    assert [f.verdict for f in judge_rollout(silent) if f.type == "continuation"] == [
+    assert [f.verdict for f in judge_rollout(silent, ALL_CHECKS) if f.type == "continuation"] == [
         "ignored_next_step"
     ]
 
@@ -182,7 +182,7 @@ def test_real_sessions_every_summary_is_audited_and_no_microcompaction_is():
     assert all(a.has_next_step for a in real)
     assert [a.message_id[:8] for a in real if a.next_step_none] == ["d2168b14"]
     # No harness-compacted session is judged for its trigger.
-    findings = [f for r in rollouts for f in judge_rollout(r)]
+    findings = [f for r in rollouts for f in judge_rollout(r, ALL_CHECKS)]
     assert not [f for f in findings if f.type == "trigger"]
 
 

@@ -22,7 +22,7 @@ def _restore_limits(monkeypatch):
 
 def _finding_rollouts(tmp_path, *options: str) -> set[str]:
     out = tmp_path / "findings.jsonl"
-    assert main(["judge", str(GATEWAY_LOG), "--out", str(out), *options]) == 0
+    assert main(["judge", str(GATEWAY_LOG), "--out", str(out), "--checks", "all", *options]) == 0
     return {json.loads(line)["rollout_id"] for line in out.read_text().splitlines()}
 
 

@@ -139,7 +139,7 @@ def test_c_a_summary_that_drops_the_failing_command_test_and_error_is_an_omissio
     )
     summary = summary.replace("raises KeyError when", "fails when").split("## Next step")[0]
     summary += "## Next step\nFix `parse_date` in src/dates.py.\n"
-    findings = judge_rollout(explored().compact(summary).build())
+    findings = judge_rollout(explored().compact(summary).build(), ALL_CHECKS)
     omission = next(f for f in findings if f.verdict == "omission")
     assert {(o.kind, o.value) for o in omission.omitted} == {
         ("failing_command", TEST_CMD),

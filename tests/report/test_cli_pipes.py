@@ -50,7 +50,7 @@ def rollouts_file(tmp_path_factory) -> Path:
         ["schema"],
         ["sql", "{build}", "SELECT rollout_id, input_ids FROM segments", "--csv"],
         ["sql", "{build}", "SELECT 1 AS one", "--csv"],  # still buffered when the command ends
-        ["judge", "{rollouts}"],
+        ["judge", "{rollouts}", "--checks", "all"],  # (by default only trigger checks: none fire)
     ],
     ids=["schema", "sql-csv", "sql-csv-small", "judge"],
 )
