@@ -149,14 +149,36 @@ def _run_eval(args, rejected: Counter) -> int:
     if args.split:
         labels = [lab for lab in labels if lab.split == args.split]
     sources = iter_input_sources(args.inputs, args.format, rejected, args.group_by)
-    result = evaluate(labels, list(sources))
+    failures: list = []
+    if args.llm:  # calibrate an LLM judge: its findings, scored the same way
+        from judge.llm import PROMPT_VERSION, judge_rollouts
+
+        client = _chat_client(args)
+        judge_name = f"LLM judge {args.model} (prompt {PROMPT_VERSION})"
+
+        def findings_of(rollout):
+            found, failed = judge_rollouts(
+                [rollout], client, args.concurrency, False, args.max_context_chars
+            )
+            failures.extend(failed)
+            return found
+
+        with client:
+            result = evaluate(labels, list(sources), findings_of)
+    else:
+        judge_name = f"rule judge {RULE_JUDGE}"
+        result = evaluate(labels, list(sources))
+    voided = [f for f in failures if f.reason.startswith("voided ")]
+    unjudged = len(failures) - len(voided)
     rows = {check: score.as_dict() for check, score in result.scores.items()}
     if args.json:
         print(
             json.dumps(
                 {
-                    "judge": RULE_JUDGE,
+                    "judge": judge_name,
                     "labelled": result.labelled,
+                    "voided": len(voided),
+                    "unjudged": unjudged,
                     "checks": rows,
                     "default_checks": list(DEFAULT_CHECKS),
                     "unlabelled": result.unlabelled,
@@ -168,7 +190,7 @@ def _run_eval(args, rejected: Counter) -> int:
         )
     else:
         table = Table(
-            title=f"rule judge {RULE_JUDGE} on {result.labelled} labelled compactions",
+            title=f"{judge_name} on {result.labelled} labelled compactions",
             header_style="bold",
         )
         for name in (
@@ -205,40 +227,56 @@ def _run_eval(args, rejected: Counter) -> int:
             console.print(f"  {miss}")
         if result.unlabelled:
             console.print(f"{len(result.unlabelled)} compaction(s) without a label (not scored)")
+    err = Console(stderr=True)
+    if voided:
+        err.print(
+            f"[yellow]{len(voided)} finding(s) voided[/]: a quote not in the history "
+            f"(not counted as flags); first: {voided[0].reason[:160]}",
+            highlight=False,
+        )
+    if unjudged:
+        err.print(f"[red]{unjudged} step(s) could not be judged[/]: the scores are incomplete")
     if result.missing:
-        Console(stderr=True).print(
+        err.print(
             f"[red]{len(result.missing)} label(s) name no compaction of the inputs[/]: "
             + "; ".join(result.missing[:3])
         )
         return 1
-    return 0
+    return 1 if unjudged else 0
+
+
+def _chat_client(args):
+    """The chat client of ``--llm URL --model M`` and its options."""
+    from judge.chat_client import ChatClient, ClientConfig
+    from pipeline.tokenizer import cache_dir
+
+    if not args.model:
+        raise UsageError("--llm needs --model (the model name the endpoint serves)")
+    return ChatClient(
+        ClientConfig(
+            url=args.llm,
+            model=args.model,
+            api_key_env=args.api_key_env,
+            timeout_s=args.timeout,
+            max_retries=args.retries,
+            json_mode=not args.no_json_mode,
+            cache_dir=None if args.no_cache else (args.cache_dir or str(cache_dir() / "judge")),
+            max_tokens=args.max_tokens,
+            price_in_per_mtok=args.price_in,
+            price_out_per_mtok=args.price_out,
+            max_response_bytes=args.max_response_bytes,
+            max_connect_failures=args.max_connect_failures,
+        )
+    )
 
 
 def _llm_findings(args, rollouts):
     from rich.console import Console
 
-    from judge.chat_client import ChatClient, ClientConfig
     from judge.llm import PROMPT_VERSION, judge_rollouts
-    from pipeline.tokenizer import cache_dir
 
-    if not args.model:
-        raise UsageError("--llm needs --model (the model name the endpoint serves)")
-    config = ClientConfig(
-        url=args.llm,
-        model=args.model,
-        api_key_env=args.api_key_env,
-        timeout_s=args.timeout,
-        max_retries=args.retries,
-        json_mode=not args.no_json_mode,
-        cache_dir=None if args.no_cache else (args.cache_dir or str(cache_dir() / "judge")),
-        max_tokens=args.max_tokens,
-        price_in_per_mtok=args.price_in,
-        price_out_per_mtok=args.price_out,
-        max_response_bytes=args.max_response_bytes,
-        max_connect_failures=args.max_connect_failures,
-    )
     findings, failures = [], []
-    with ChatClient(config) as client:
+    with _chat_client(args) as client:
         Console(stderr=True).print(
             f"LLM judge {args.model} at {client.url} (prompt {PROMPT_VERSION})"
         )
@@ -427,7 +465,8 @@ def register(sub) -> None:
         "--eval",
         metavar="LABELS",
         help="Score every rule check against hand labels (JSONL, schema in docs/sft.md) of the "
-        "compactions in INPUT and print precision and recall per check; writes no findings.",
+        "compactions in INPUT and print precision and recall per check; writes no findings. "
+        "With --llm URL --model M, score that LLM judge instead (calibrate any endpoint).",
     )
     p.add_argument("--json", action="store_true", help="With --eval: print the scores as JSON.")
     p.add_argument(

@@ -25,9 +25,11 @@ failure). Answers are cached by the request body, i.e. by prompt (``chat_client`
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -36,6 +38,7 @@ from judge.attach import executed_output_text
 from judge.chat_client import ChatClient, ChatError
 from judge.history import POST_COMPACTION_CALLS, SUMMARY_FLAGS, compactions
 from judge.rules import ALL_CHECKS, judge_rollout, policy_compacts
+from judge.workspace import steps_in
 from schemas.correction import CorrectionType, Evidence, Finding, OmittedItem, Verdict
 from schemas.replay import replay
 from schemas.rollout import MessageEvent, Rollout
@@ -46,17 +49,11 @@ VERDICTS_BY_TYPE: dict[str, tuple[str, ...]] = {
     "continuation": ("ok", "redo", "ignored_next_step", "drift"),
 }
 
-SYSTEM_PROMPT = """You review one step of a coding agent whose context gets compacted.
-You see the conversation exactly as it stood when the step was made, then the step.
-Answer only the questions asked, each with one verdict:
-- trigger (the agent's own decision to compact now): ok | too_early (evidence the next step needs is still unread or unverified, or a sub-task is half done) | too_late (the context was already failing the agent: repeated searches, re-reading established facts) | missing_trigger (the agent should compact now but does not).
-- state (the working-state summary): ok | omission (drops key state present before) | invented (names a path, function or result never seen) | missing_next_step (no concrete next step while work remains; "nothing left" is right when the work is done) | contradiction (next step contradicts the recorded state) | wrong_state (records an edit that was not made, or a test as passing that only was added or still fails).
-- continuation (first steps after compaction): ok | redo (repeats work the summary records as done; re-reading a file in order to edit it is not a redo) | ignored_next_step (does not follow the summary's next step, and no user message after the compaction asked for something else) | drift (works on something off the task).
-Key state is what the agent needs to continue without re-discovering it: uncommitted edits (which files changed and how), the exact failing commands and test names with their error messages, the file and function under investigation, branch / PR / commit ids, and the user's decisions and latest request. Paths and wording the summary shortens are not omissions when the meaning is kept.
-Hints from deterministic checks may follow the step: verify each against the conversation; they are often wrong.
-Quote evidence verbatim from the conversation, with the message ids shown in brackets; a quote that is not in the conversation voids your verdict. When a verdict is not ok, propose the step the agent should have taken instead.
-Reply with one JSON object and nothing else:
-{"verdicts": [{"type": "...", "verdict": "...", "rationale": "...", "evidence": [{"message_id": "...", "quote": "..."}], "omitted": [{"kind": "file_path|error_message|failing_command|test_name|constraint|next_step", "value": "..."}], "proposal": "... or null"}]}"""
+# The system prompt (judge/prompts/judge_system.txt): the three questions, the key state a
+# summary must keep, and what rules cannot check — claims about the repository, the
+# user's open requests, omitted facts that are not paths — each verdict with quotes.
+PROMPT_FILE = Path(__file__).parent / "prompts" / "judge_system.txt"
+SYSTEM_PROMPT = PROMPT_FILE.read_text().rstrip("\n")
 PROMPT_VERSION = hashlib.sha256(SYSTEM_PROMPT.encode()).hexdigest()[:12]
 
 
@@ -163,6 +160,7 @@ def build_messages(rollout: Rollout, cand: Candidate, max_context_chars: int) ->
             *kept_head,
             *gap,
             *kept_tail,
+            *(recorded_state(cand.context) if "state" in cand.types else []),
             "=== STEP UNDER REVIEW ===",
             render_message(cand.step),
             *(["=== HINTS (deterministic checks; verify) ===", *cand.hints] if cand.hints else []),
@@ -170,6 +168,51 @@ def build_messages(rollout: Rollout, cand: Candidate, max_context_chars: int) ->
         ]
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+# Commands that change or show what the repository holds: what summaries make claims about.
+_REPO_COMMAND_RE = re.compile(
+    r"\bgit\s+(?:-C\s+\S+\s+)?(?:commit|push|merge|rebase|checkout|switch|reset|stash|tag"
+    r"|cherry-pick|pull|add|restore|revert)\b|\bgh\s+pr\b"
+)
+_EXCERPT = 200
+_USER_MESSAGES = 5
+
+
+def recorded_state(history: Sequence[MessageEvent]) -> list[str]:
+    """The slice of history a summary's claims are held to, as a section of the prompt:
+    every git command that changes or publishes the repository and every test, build or
+    lint run, with whether it succeeded and the end of its output, then the user's last
+    messages (their open requests). Each line names the message it comes from and quotes
+    it verbatim (whitespace squashed, as quotes are verified): the model can quote its
+    evidence from here even when the middle of a long history is not shown."""
+    lines = []
+    for step in steps_in(history):
+        command = step.op.command or ""
+        if step.op.kind != "test" and not _REPO_COMMAND_RE.search(command):
+            continue
+        if step.result is None:
+            outcome, tail = "no result recorded", ""
+        else:
+            outcome = "failed" if step.failed else "succeeded"
+            tail = _squash(step.result)[-_EXCERPT:]
+        where = step.result_id or step.message_id
+        lines.append(f"[{where}] `{_squash(command)[:_EXCERPT]}` {outcome}: {tail}")
+    users = [
+        m for m in history if m.role == "user" and m.content.strip() and not summary_of_flag(m)
+    ][-_USER_MESSAGES:]
+    lines += [f"[{m.id}] user wrote: {_squash(m.content)[: _EXCERPT * 2]}" for m in users]
+    if not lines:
+        return []
+    return [
+        "=== RECORDED STATE (repository commands and results, the user's last messages; "
+        "quote from the messages named) ===",
+        "\n".join(lines),
+    ]
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
 
 
 def parse_answer(text: str, asked: tuple[str, ...]) -> JudgeAnswer:

@@ -38,7 +38,8 @@ def completion(content: str) -> dict:
 
 
 class ScriptedServer:
-    """Answers POSTs with the next scripted (status, body, delay_s, headers); records requests."""
+    """Answers POSTs with the next scripted (status, body, delay_s, headers), or what the
+    next scripted function of the request body returns; records requests."""
 
     def __init__(self, script):
         self.script = list(script)
@@ -51,7 +52,8 @@ class ScriptedServer:
                 outer.requests.append(
                     {"path": self.path, "headers": dict(self.headers), "body": json.loads(body)}
                 )
-                status, payload, delay, headers = outer.script.pop(0)
+                item = outer.script.pop(0)  # or a function of the request body
+                status, payload, delay, headers = item(body) if callable(item) else item
                 time.sleep(delay)
                 if payload is None:  # hang up without answering
                     self.connection.shutdown(socket.SHUT_RDWR)
