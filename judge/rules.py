@@ -66,7 +66,10 @@ def judge_rollout(rollout: Rollout, checks: tuple[str, ...] = DEFAULT_CHECKS) ->
     findings = early_compactions(rollout, comps)
     if policy_compacts(rollout, views, comps):
         findings += missed_triggers(rollout, views)
-    findings += summary_findings(rollout, comps) + continuation_findings(rollout, comps)
+    if any(c.startswith("state/") for c in checks):  # (skipped: they cost most)
+        findings += summary_findings(rollout, comps)
+    if any(c.startswith("continuation/") for c in checks):
+        findings += continuation_findings(rollout, comps)
     findings = [f for f in findings if f"{f.type}/{f.verdict}" in checks]
     return sorted(findings, key=lambda f: (f.call_index, f.type, f.verdict))
 

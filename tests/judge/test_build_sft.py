@@ -10,6 +10,7 @@ import pytest
 
 from judge.attach import executed_output_text
 from judge.filters import FilterOptions
+from judge.rules import RULE_JUDGE
 from judge.sft import SftStage
 from pipeline.build import BuildConfig, run_build
 from pipeline.render import template_message
@@ -94,6 +95,15 @@ def built(tmp_path_factory):
             original="x",
             replacement=executed_output_text(calls[4]),
         ),
+        Correction(  # seam's rule judge, from a check below the precision bar
+            rollout_id="good",
+            call_index=2,
+            type="state",
+            verdict="missing_next_step",
+            original=PROPOSED_SUMMARY,
+            replacement=executed_output_text(calls[2]),
+            judge_model=RULE_JUDGE,
+        ),
         Correction(
             rollout_id="ghost",
             call_index=0,
@@ -173,7 +183,12 @@ def test_unfit_corrections_and_filtered_rollouts_are_quarantined_and_counted(bui
     entries = [
         json.loads(line) for line in (result.out / "quarantine.jsonl").read_text().splitlines()
     ]
-    assert sorted(e["reason"] for e in entries) == [
+    reasons = sorted(e["reason"] for e in entries)
+    opt_in = reasons.pop(1)
+    assert opt_in.startswith(
+        "made by the rule judge's opt-in check state/missing_next_step (measured: holdout "
+    )
+    assert reasons == [
         "filtered (summary_loop): compaction at s9 follows s5 with no action between",
         "names rollout 'ghost', which is not among the accepted input rollouts",
         "type 'state' needs a summary call; call 4 is an action call",
@@ -184,5 +199,17 @@ def test_unfit_corrections_and_filtered_rollouts_are_quarantined_and_counted(bui
         counts["corrections_attached"],
         counts["corrections_quarantined"],
         counts["preference_pairs"],
-    ) == (2, 2, 2)
+    ) == (2, 3, 2)
+    assert counts["corrections_quarantined_opt_in_check"] == 1
     assert counts["filtered_summary_loop"] == 1
+
+
+def test_the_summary_says_which_rule_checks_may_correct_and_their_precision(capsys):
+    from judge.sft_command import print_sft_counts
+
+    print_sft_counts({"corrections_attached": 2, "corrections_quarantined_opt_in_check": 1})
+    out = capsys.readouterr().out
+    assert "rule judge corrections are kept only from checks on by default" in out
+    assert "opt-in state/omission: holdout P " in out
+    assert "no rule-based state correction is written by default" in out
+    assert "corrections quarantined opt in check" in out

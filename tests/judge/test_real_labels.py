@@ -188,3 +188,27 @@ def test_the_set_is_big_enough(labels: list[CompactionLabel]) -> None:
     assert sum(map(is_defect, labels)) >= 15
     assert len(holdout) >= 20
     assert sum(map(is_defect, holdout)) >= 5
+
+
+@pytest.mark.skipif(
+    not all(SHARED_DIRS.values()), reason="SEAM_REALWORLD_DIR / SEAM_REALWORLD_NEW_DIR not set"
+)
+def test_eval_finds_every_label_of_the_shared_part_and_the_defaults_raise_no_flag(
+    tmp_path: Path,
+) -> None:
+    """What CI can run (docs/labels.md): the labels whose files are in ../shared, restored
+    without a clone and scored by --eval's scoring; every label is found by session and
+    uuid, and no check on by default flags any of them."""
+    from collections import Counter
+
+    from judge.calibration import evaluate
+    from judge.commands import iter_input_sources
+    from judge.rules import DEFAULT_CHECKS, judge_rollout
+
+    restore_labels.main([str(LABELS), str(tmp_path)])
+    restored = load_labels(str(tmp_path / "labels.jsonl"))
+    assert len(restored) == 8
+    sources = list(iter_input_sources([str(tmp_path / "claude_code")], "auto", Counter()))
+    result = evaluate(restored, sources, lambda rollout: judge_rollout(rollout, DEFAULT_CHECKS))
+    assert result.labelled == 8 and result.missing == []
+    assert all(result.scores[c].as_dict()["flags"] == 0 for c in DEFAULT_CHECKS)

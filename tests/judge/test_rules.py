@@ -92,6 +92,32 @@ def test_a_near_miss_rereading_a_file_after_editing_it_is_not_flagged():
     assert not [v for v in verdicts(story) if v[1] == "trigger"]
 
 
+def test_a_search_repeated_after_a_write_elsewhere_is_not_flagged():
+    """A write can change what a repeated search finds (here a new definition in another
+    file): the repeat is a fresh question, not established work."""
+    grep = (
+        "grep",
+        {"pattern": "def parse_date", "path": "src"},
+        "src/dates.py:1:def parse_date(s):",
+    )
+    story = (
+        Story()
+        .act(grep)
+        .act(
+            (
+                "edit_file",
+                {"path": "src/compat.py", "old": "a", "new": "def parse_date(s): ..."},
+                "edited",
+            )
+        )
+        .act(grep)
+    )
+    assert not [v for v in verdicts(story) if v[1] == "trigger"]
+    # Without the write in between, the same repeat is flagged.
+    again = Story().act(grep).act(("bash", {"command": "ls src"}, "dates.py")).act(grep)
+    assert (2, "trigger", "missing_trigger") in verdicts(again)
+
+
 # (b) too-early compaction ----------------------------------------------------------------
 def test_b_compacting_right_after_an_untested_edit_is_too_early():
     story = (
