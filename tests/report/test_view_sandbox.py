@@ -228,7 +228,10 @@ def _children() -> set[int]:
     """This process's live child processes (the filter process, wherever the server runs)."""
     pids = set()
     for task in Path("/proc/self/task").iterdir():
-        pids |= {int(p) for p in (task / "children").read_text().split()}
+        try:
+            pids |= {int(p) for p in (task / "children").read_text().split()}
+        except FileNotFoundError:  # the thread ended between listing and reading
+            continue
     return {p for p in pids if _alive(p)}
 
 
