@@ -98,5 +98,5 @@ def run_tasks_on_ray(
         num_cpus=1,
     )
     for batch in results.iter_batches(batch_format="pyarrow", batch_size=None):
-        for result in batch.column("result").to_pylist():  # type: ignore[union-attr]  # a pyarrow.Table: batch_format="pyarrow"
+        for result in batch.column("result").to_pylist():  # a pyarrow.Table: batch_format="pyarrow"
             yield TaskResult.from_json(result)
