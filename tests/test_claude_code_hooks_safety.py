@@ -45,7 +45,9 @@ def cli(capsys, *args: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-def install_cli(capsys, settings: Path, *extra: str) -> tuple[int, str, str]:
+def install_cli(
+    capsys, settings: Path, *extra: str, capture: Path | None = None
+) -> tuple[int, str, str]:
     return cli(
         capsys,
         "hooks",
@@ -54,7 +56,7 @@ def install_cli(capsys, settings: Path, *extra: str) -> tuple[int, str, str]:
         "--settings",
         str(settings),
         "--capture",
-        str(settings.parent / "cap"),
+        str(capture or settings.parent / "cap"),
         "--no-post-compact",
         *extra,
     )
@@ -151,17 +153,7 @@ def test_a_directory_is_refused_even_with_force(tmp_path, capsys):
 def test_a_capture_folder_that_is_a_file_is_refused_before_the_settings_change(tmp_path, capsys):
     settings, blocker = tmp_path / "settings.json", tmp_path / "notes"
     blocker.write_text("mine")
-    code, _, err = cli(
-        capsys,
-        "hooks",
-        "install",
-        "claude-code",
-        "--settings",
-        str(settings),
-        "--capture",
-        str(blocker / "cap"),
-        "--no-post-compact",
-    )
+    code, _, err = install_cli(capsys, settings, capture=blocker / "cap")
     assert_one_line_refusal(code, err, "notes is not a directory")
     assert not settings.exists() and blocker.read_text() == "mine"
 

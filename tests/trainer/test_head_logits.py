@@ -24,16 +24,19 @@ def _check(model):
         torch.testing.assert_close(got, _reference(model.eval(), ids), rtol=1e-5, atol=1e-5)
 
 
+# One decoder layer of a tiny model (both architectures below).
+SMALL = dict(
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+)
+
+
 def test_a_head_with_a_bias():
-    config = transformers.Qwen2Config(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=False,
-    )
+    config = transformers.Qwen2Config(**SMALL, tie_word_embeddings=False)
     torch.manual_seed(0)
     model = transformers.Qwen2ForCausalLM(config)
     model.lm_head = torch.nn.Linear(32, 96, bias=True)
@@ -42,15 +45,6 @@ def test_a_head_with_a_bias():
 
 
 def test_gemma2_final_logit_softcapping():
-    config = transformers.Gemma2Config(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        final_logit_softcapping=0.5,
-    )
+    config = transformers.Gemma2Config(**SMALL, head_dim=16, final_logit_softcapping=0.5)
     torch.manual_seed(0)
     _check(transformers.Gemma2ForCausalLM(config))
