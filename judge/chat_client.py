@@ -49,9 +49,10 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 from judge.answer_cache import AnswerCache
 from judge.redact import Redactor
 from pipeline.credentials import split_url, with_path
+from pipeline.errors import SeamError
 
 
-class ChatError(Exception):
+class ChatError(SeamError):
     """A request that failed for good (after retries); the message is safe to print."""
 
 

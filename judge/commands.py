@@ -28,13 +28,10 @@ def iter_input_sources(
     """``(file path, rollout)`` for every valid rollout of the inputs, in input order, read
     by ``pipeline.intake`` as the builds read them (``group_by``: as ``--group-by``; the
     limits in force: ``pipeline.limits``)."""
-    from pipeline.inputs import InputError, plan_tasks, resolve_inputs
+    from pipeline.inputs import plan_tasks, resolve_inputs
     from pipeline.intake import ACCEPTED, QUARANTINED, iter_records
 
-    try:
-        tasks = plan_tasks(resolve_inputs(specs), fmt, split=False)
-    except InputError as exc:
-        raise UsageError(str(exc)) from None
+    tasks = plan_tasks(resolve_inputs(specs), fmt, split=False)
     options = {"group_by": group_by} if group_by else {}
     for task in tasks:
         for record in iter_records(task, reader_options=options):

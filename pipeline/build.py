@@ -42,6 +42,7 @@ from typing import IO, Any
 from pipeline import __version__, limits, out_dir
 from pipeline.atomic import remove_temporaries, write_json
 from pipeline.canonical_io import RangeFeeder
+from pipeline.errors import SeamError
 from pipeline.inputs import Task, plan_tasks, resolve_inputs, walked_files
 from pipeline.limits import Limits
 from pipeline.quarantine import NOT_WRITTEN, Share, merge_quarantine
@@ -59,7 +60,7 @@ from pipeline.worker import (
 from pipeline.write import file_sha256, write_shards
 
 
-class BuildError(ValueError):
+class BuildError(SeamError, ValueError):
     """A configuration problem detected before any work: one actionable line."""
 
 

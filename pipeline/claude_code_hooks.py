@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pipeline import json_exact, settings_file
+from pipeline.errors import SeamError
 
 HOOK_EVENTS = ("PreCompact", "PostCompact")
 POST_COMPACT_SINCE = (2, 1, 76)  # the first Claude Code release with a PostCompact hook
@@ -47,11 +48,11 @@ _VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 _SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 
 
-class SettingsError(ValueError):
+class SettingsError(SeamError, ValueError):
     """A settings file seam will not rewrite; the message is one line saying why."""
 
 
-class CaptureError(ValueError):
+class CaptureError(SeamError, ValueError):
     """Hook input a capture refuses (an id that would be a path)."""
 
 

@@ -11,7 +11,7 @@ import select
 import signal
 import sys
 
-from pipeline.errors import UsageError
+from pipeline.errors import SeamError
 
 COMMAND_MODULES = [
     "pipeline.commands.schema",
@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         if not _stdout_reader_left():
             raise  # another pipe broke: its traceback names it
         return _quiet_exit_after_sigpipe()
-    except UsageError as exc:
+    except SeamError as exc:  # every error written for the user, caught here only
         print(f"seam {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except Terminated as exc:
         name = signal.Signals(exc.signum).name
         print(f"seam {args.command}: terminated ({name})", file=sys.stderr)

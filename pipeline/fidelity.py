@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from pipeline import witness
+from pipeline.errors import SeamError
 from pipeline.segment import Segment
 from schemas.replay import CallView, replay
 from schemas.rollout import MessageEvent, RewriteEvent, Rollout
@@ -80,7 +81,7 @@ def add_fidelity(meta: dict, reason: str, detail: str, event_id: str | None = No
     )
 
 
-class UnknownReason(ValueError):
+class UnknownReason(SeamError, ValueError):
     """A rollout names a fidelity reason that is not in ``REASONS`` (one line)."""
 
 

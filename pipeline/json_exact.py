@@ -17,8 +17,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pipeline.errors import SeamError
 
-class JSONError(ValueError):
+
+class JSONError(SeamError, ValueError):
     """Text that is not a JSON document this module can rewrite exactly."""
 
 

@@ -19,12 +19,14 @@ import re
 import shutil
 from pathlib import Path
 
+from pipeline.errors import SeamError
+
 RECORD = ".seam-written"
 # seam's own bookkeeping: the lock, a build's parts, the record, temporary files.
 _BOOKKEEPING = re.compile(r"^(\.lock|\.parts|\.seam-written|\..+\.tmp)$")
 
 
-class OutDirError(ValueError):
+class OutDirError(SeamError, ValueError):
     """An output directory seam must not write into: one actionable line."""
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from pipeline.errors import SeamError
 from schemas.rollout import MessageEvent
 
 ENCODE_CACHE_TOKENS = 4 << 20  # ids kept by encode_many's cache (16 MiB of int32 per process)
@@ -48,7 +49,7 @@ _BASE = [
 ]
 
 
-class TemplateError(ValueError):
+class TemplateError(SeamError, ValueError):
     """The chat template cannot render a rollout's messages."""
 
 

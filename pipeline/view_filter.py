@@ -20,6 +20,8 @@ from collections.abc import Iterator
 
 import duckdb
 
+from pipeline.errors import SeamError
+
 LIST_LIMIT = 1000  # rollouts listed per page: a filter finds the others
 
 LIST_COLUMNS = [
@@ -36,7 +38,7 @@ LIST_COLUMNS = [
 ]
 
 
-class FilterError(ValueError):
+class FilterError(SeamError, ValueError):
     """A filter that is refused, failed or was stopped; the message is one line."""
 
 

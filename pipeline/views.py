@@ -39,6 +39,8 @@ from pathlib import Path
 
 import duckdb
 
+from pipeline.errors import SeamError
+
 TOOL_CALL_TOKEN = "<tool_call>"
 
 QUARANTINE_COLUMNS = {
@@ -52,7 +54,7 @@ QUARANTINE_COLUMNS = {
 }
 
 
-class BuildDirError(ValueError):
+class BuildDirError(SeamError, ValueError):
     """The directory is not a readable seam build; the message says what to do."""
 
 

@@ -252,16 +252,12 @@ def config_from_args(args, kind: str):
 def run_configured_build(config, title: str, verify: str = "sample") -> int:
     """Run the build, print its summary, then the mask audit (``--verify``): exit 1 on a
     mismatch."""
-    from pipeline.build import BuildError, run_build
-    from pipeline.inputs import InputError
+    from pipeline.build import run_build
     from pipeline.summary import print_summary
-    from pipeline.tokenizer import TokenizerError
 
     command = "seam " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
         result = run_build(config, command)
-    except (BuildError, InputError, TokenizerError) as exc:
-        raise UsageError(str(exc)) from None
     except OSError as exc:  # disk full, an unreadable input: one line, not a traceback
         raise UsageError(os_error_line(exc, config.out, "build")) from None
     if config.kind == "rl" and not result.counts.get("accepted"):

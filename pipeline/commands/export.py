@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from pipeline.errors import UsageError
-
 
 def run(args) -> int:
-    from pipeline.export import ExportError, export_build
-    from pipeline.tokenizer import TokenizerError
+    from pipeline.export import export_build
 
-    try:
-        result = export_build(
-            args.dir, args.to, args.out, args.mode, args.tokenizer, args.overwrite, args.max_length
-        )
-    except (ExportError, TokenizerError) as exc:
-        raise UsageError(str(exc)) from None
+    result = export_build(
+        args.dir, args.to, args.out, args.mode, args.tokenizer, args.overwrite, args.max_length
+    )
     what = args.to + (f" ({result.mode})" if result.mode else "")
     print(
         f"exported {result.rows:,} segment(s) for {what} to {result.out}: {', '.join(result.files)}, README.md"

@@ -151,7 +151,7 @@ def run(args) -> int:
 
     from pipeline.credentials import split_url
     from pipeline.gateway.judging import HttpJudge, RuleJudge
-    from pipeline.gateway.recorder import Recorder, RecorderError
+    from pipeline.gateway.recorder import Recorder
     from pipeline.gateway.server import DEFAULT_SUMMARY_PROMPTS, Gateway, GatewayConfig
 
     # Only the URLs without their credentials are ever printed or recorded.
@@ -191,19 +191,16 @@ def run(args) -> int:
         full_every=args.full_every,
         client_timeout_s=args.client_timeout,
     )
-    try:
-        recorder = Recorder(
-            Path(args.out),
-            {
-                "upstream": upstream,
-                "judge": judge_name or None,
-                "token_ids_mode": args.token_ids,
-                "log": args.log if args.log == "full" else f"delta, full every {args.full_every}",
-            },
-            durability=args.durability,
-        )
-    except RecorderError as exc:
-        raise UsageError(str(exc)) from None
+    recorder = Recorder(
+        Path(args.out),
+        {
+            "upstream": upstream,
+            "judge": judge_name or None,
+            "token_ids_mode": args.token_ids,
+            "log": args.log if args.log == "full" else f"delta, full every {args.full_every}",
+        },
+        durability=args.durability,
+    )
     gateway = Gateway(config, recorder, judge_factory)
     try:
         return asyncio.run(_serve(web, gateway, recorder, args.host, args.port))

@@ -27,7 +27,6 @@ def run_install(args) -> int:
     from pipeline.claude_code_hooks import (
         HOOK_EVENTS,
         POST_COMPACT_SINCE,
-        SettingsError,
         capture_command,
         install,
         installed_version,
@@ -43,10 +42,7 @@ def run_install(args) -> int:
     blocked = next((p for p in (capture_dir, *capture_dir.parents) if p.exists()), None)
     if blocked is not None and not blocked.is_dir():
         raise UsageError(f"--capture {capture_dir}: {blocked} is not a directory")
-    try:
-        status = install(settings, capture_command(capture_dir), events, force=args.force)
-    except SettingsError as exc:
-        raise UsageError(str(exc)) from None
+    status = install(settings, capture_command(capture_dir), events, force=args.force)
     try:  # after the settings: a refused install creates nothing
         capture_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -64,13 +60,10 @@ def run_install(args) -> int:
 
 
 def run_uninstall(args) -> int:
-    from pipeline.claude_code_hooks import SettingsError, uninstall
+    from pipeline.claude_code_hooks import uninstall
 
     settings = _settings_path(args)
-    try:
-        status = uninstall(settings, force=args.force)
-    except SettingsError as exc:
-        raise UsageError(str(exc)) from None
+    status = uninstall(settings, force=args.force)
     print(f"settings: {settings}")
     for event, what in status.items():
         print(f"  {event}: {what}")

@@ -26,12 +26,12 @@ SKIP_ROWS = 8
 
 
 def run(args) -> int:
-    from pipeline import limits, out_dir
-    from pipeline.build import BuildError, OutputLock, check_out_path, make_out_dir
+    from pipeline import limits
+    from pipeline.build import OutputLock, check_out_path, make_out_dir
     from pipeline.commands.build_rl import limits_from_args, os_error_line
-    from pipeline.inputs import InputError, plan_tasks, resolve_inputs, walked_files
+    from pipeline.inputs import plan_tasks, resolve_inputs, walked_files
     from pipeline.readers import REGISTRY
-    from pipeline.readers.rewards import RewardsError, load_rewards
+    from pipeline.readers.rewards import load_rewards
 
     if args.format not in ("auto", "canonical") and args.format not in REGISTRY:
         raise UsageError(
@@ -49,8 +49,6 @@ def run(args) -> int:
         with OutputLock(out):
             _check_out(out, args.overwrite)
             stats = _write(out, tasks, args, rewards)
-    except (InputError, RewardsError, BuildError, out_dir.OutDirError) as exc:
-        raise UsageError(str(exc)) from None
     except OSError as exc:  # disk full, --out not writable: one line, not a traceback
         raise UsageError(os_error_line(exc, str(out), "ingest")) from None
     stats.print(out, args.rewards)

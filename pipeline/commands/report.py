@@ -21,13 +21,9 @@ def check_destination(html: str, overwrite: bool) -> None:
 
 def run(args) -> int:
     from pipeline.report import write_report
-    from pipeline.views import BuildDirError
 
     check_destination(args.html, args.overwrite)
-    try:
-        plots = write_report(args.dir, args.html)
-    except BuildDirError as exc:
-        raise UsageError(str(exc)) from None
+    plots = write_report(args.dir, args.html)
     drawn = sum(p.png is not None for p in plots)
     empty = [p.title for p in plots if p.png is None]
     print(

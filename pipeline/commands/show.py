@@ -11,17 +11,10 @@ def run(args) -> int:
     from rich.console import Console
 
     from pipeline.show.html import render_html
-    from pipeline.show.load import ShowError, load_view
+    from pipeline.show.load import load_view
     from pipeline.show.terminal import print_view
-    from pipeline.tokenizer import TokenizerError
-    from pipeline.verify import VerifyError
 
-    try:
-        view = load_view(
-            args.target, args.rollout_id, args.where, args.tokenizer, args.chat_template
-        )
-    except (ShowError, VerifyError, TokenizerError) as exc:
-        raise UsageError(str(exc)) from None
+    view = load_view(args.target, args.rollout_id, args.where, args.tokenizer, args.chat_template)
     if args.segment is not None and not any(s.index == args.segment for s in view.segments):
         raise UsageError(
             f"rollout {view.rollout_id} has {len(view.segments)} segment(s), no --segment {args.segment}"

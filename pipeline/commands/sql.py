@@ -14,13 +14,10 @@ WRAP_WIDTH = 24
 
 
 def open_views(path: str | Path):
-    """``views.connect`` with its errors turned into one-line usage errors."""
-    from pipeline.views import BuildDirError, connect
+    """``views.connect`` (a ``BuildDirError`` is a ``SeamError``: one line from ``seam``)."""
+    from pipeline.views import connect
 
-    try:
-        return connect(path)
-    except BuildDirError as exc:
-        raise UsageError(str(exc)) from None
+    return connect(path)
 
 
 def print_result(

@@ -6,8 +6,6 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.errors import UsageError
-
 
 def audit_build(
     out: str | Path,
@@ -21,12 +19,9 @@ def audit_build(
     from rich.table import Table
 
     from pipeline.atomic import write_json
-    from pipeline.verify import VerifyError, verify_build
+    from pipeline.verify import verify_build
 
-    try:
-        result = verify_build(out, mode, tokenizer, progress)
-    except VerifyError as exc:
-        raise UsageError(str(exc)) from None
+    result = verify_build(out, mode, tokenizer, progress)
     if mode == "none":
         return 0
     manifest_path = Path(out) / "manifest.json"

@@ -8,15 +8,13 @@ from pipeline.errors import UsageError
 def run(args) -> int:
     from pipeline.view import make_server
     from pipeline.view_worker import ViewLimits
-    from pipeline.views import BuildDirError, Limits
+    from pipeline.views import Limits
 
     if args.timeout <= 0 or args.memory_mb < 64:
         raise UsageError("--timeout must be > 0 and --memory-mb at least 64")
     limits = ViewLimits(timeout_s=args.timeout, duckdb=Limits(memory_mb=args.memory_mb))
     try:
         server = make_server(args.dir, args.port, limits, tuple(args.allow_host))
-    except BuildDirError as exc:
-        raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(
             f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}; try --port 0"

@@ -25,13 +25,14 @@ import pyarrow.parquet as pq
 
 from pipeline import atomic
 from pipeline.card import card_header
+from pipeline.errors import SeamError
 from pipeline.export import lengths, slime, trl, verl
 
 TARGETS = ("trl", "verl", "slime")
 MARKER = "export.json"
 
 
-class ExportError(ValueError):
+class ExportError(SeamError, ValueError):
     """A problem found before writing anything; one actionable line."""
 
 

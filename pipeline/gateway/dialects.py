@@ -18,8 +18,10 @@ import time
 import uuid
 from typing import Any
 
+from pipeline.errors import SeamError
 
-class DialectError(ValueError):
+
+class DialectError(SeamError, ValueError):
     """A request the gateway cannot translate; answered with HTTP 400 and this text."""
 
 

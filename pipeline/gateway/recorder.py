@@ -45,13 +45,14 @@ from typing import Any
 import orjson
 
 from pipeline import atomic
+from pipeline.errors import SeamError
 
 # Matched whole (fullmatch): with match() and "$", "abc\n" passed ("$" matches before a
 # trailing newline) and named a file "abc\n.jsonl".
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 
 
-class RecorderError(RuntimeError):
+class RecorderError(SeamError, RuntimeError):
     """The collection directory cannot be used; the message says why and what to do."""
 
 

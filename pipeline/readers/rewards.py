@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.canonical_io import open_text_stream
+from pipeline.errors import SeamError
 from schemas.rollout import Rollout
 
 ID_FIELDS = ("rollout_id", "session_id", "id")
 TRUE, FALSE = {"true", "1", "yes"}, {"false", "0", "no"}
 
 
-class RewardsError(ValueError):
+class RewardsError(SeamError, ValueError):
     """A rewards file that cannot be used: one actionable line."""
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from pipeline.errors import SeamError
 from pipeline.show.model import (
     SEGMENT_COLUMNS,
     RolloutView,
@@ -21,7 +22,7 @@ from pipeline.show.model import (
 from schemas.rollout import Rollout
 
 
-class ShowError(ValueError):
+class ShowError(SeamError, ValueError):
     """No such rollout, or a query that is not allowed here: one line."""
 
 

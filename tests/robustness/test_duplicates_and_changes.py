@@ -138,7 +138,7 @@ def test_an_input_edited_in_place_with_its_mtime_restored_fails_before_publishin
     --verify mode (it was: --verify none published shards the manifest's sha256 does not
     describe; --verify sample published, then failed)."""
     from pipeline.commands.build_rl import run_configured_build
-    from pipeline.errors import UsageError
+    from pipeline.errors import SeamError
 
     records = _records([1.0, 0.0, 0.0, 0.0])
     src = tmp_path / "a.jsonl"
@@ -155,7 +155,7 @@ def test_an_input_edited_in_place_with_its_mtime_restored_fails_before_publishin
     )
     before = src.read_bytes(), src.stat().st_mtime_ns
     with pytest.raises(
-        UsageError, match="changed while the build read it .* nothing was published"
+        SeamError, match="changed while the build read it .* nothing was published"
     ):
         run_configured_build(config, "seam build-rl", verify)
     if revert:  # nothing on disk shows the edit: only what the tasks read does
