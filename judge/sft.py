@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,6 +43,7 @@ from judge.synthesize import synthesize_summary_calls
 from pipeline.atomic import atomic_write
 from pipeline.mask import MaskedSegment
 from pipeline.render import template_message
+from pipeline.stage import PlainStage
 from schemas.replay import replay
 from schemas.rollout import Rollout
 
@@ -109,8 +111,10 @@ _SIDE_SCHEMA = PAIR_SCHEMA.append(pa.field("ordinal", pa.int64()))
 
 
 @dataclass(frozen=True)
-class SftStage:
-    """Picklable configuration of the stage; the build calls ``open_task`` in each worker."""
+class SftStage(PlainStage):
+    """Picklable configuration of the stage; the build calls ``open_task`` in each worker.
+    Registered as ``"sft"`` (``pipeline/stage.py``): what readers of an SFT build ask of
+    it is answered here."""
 
     corrections_file: str | None = None
     filters: FilterOptions = field(default_factory=FilterOptions)
@@ -120,6 +124,33 @@ class SftStage:
         pa.field(name, dtype, nullable=False, metadata={"doc": doc})
         for name, dtype, doc in SFT_COLUMNS
     ]
+    requires_outcome = False  # SFT rows need no reward
+    drops_segments = True  # the length filter (--max-tokens) leaves segments out
+    quarantine_counts = ("corrections_quarantined",)  # corrections are not rollouts
+    trl_mode = "sft"
+    side_datasets = {"pairs": "preference pairs"}  # pairs/pairs-*.parquet
+
+    @classmethod
+    def from_manifest(cls, recorded: Mapping[str, Any]) -> SftStage:
+        """The stage as ``fingerprint()`` recorded it: its filters and the synthesis
+        prompt (the corrections file is recorded by hash only; reading a build does not
+        need it — attached corrections are in the inputs as built)."""
+        known = {f.name for f in fields(FilterOptions)}
+        given = {k: v for k, v in (recorded.get("filters") or {}).items() if k in known}
+        synth = recorded.get("synthesize_summary_calls")
+        return cls(
+            filters=FilterOptions(**given), synthesize_prompt=synth["prompt"] if synth else None
+        )
+
+    def as_built(self, rollout: Rollout) -> Rollout:
+        """The rollout as this stage turned it into rows — dangling last call trimmed,
+        summary calls synthesized — for ``seam verify`` and ``show``, which replay the
+        inputs."""
+        trimmed = trim_dangling_call(rollout)
+        rollout = trimmed if trimmed is not None else rollout
+        if self.synthesize_prompt is not None:
+            rollout, _ = synthesize_summary_calls(rollout, self.synthesize_prompt)
+        return rollout
 
     def fingerprint(self) -> dict:
         """What changes the output bytes: the filter switches and the corrections file's content."""
@@ -283,18 +314,6 @@ class TaskStage:
         )
         _atomic(claimed_path, lambda tmp: Path(tmp).write_text(json.dumps(sorted(self.claimed))))
         return dict(self.counts)
-
-
-def rollout_as_built(rollout: Rollout, stage_config: dict) -> Rollout:
-    """The rollout as an SFT build with ``stage_config`` (its manifest's ``config.stage``)
-    turned it into rows — dangling last call trimmed, summary calls synthesized — for
-    ``seam verify``, which replays the inputs."""
-    trimmed = trim_dangling_call(rollout)
-    rollout = trimmed if trimmed is not None else rollout
-    synth = stage_config.get("synthesize_summary_calls")
-    if synth:
-        rollout, _ = synthesize_summary_calls(rollout, synth["prompt"])
-    return rollout
 
 
 def _audits_by_segment(audits, segments) -> dict[int, list[dict]]:

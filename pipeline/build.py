@@ -48,7 +48,7 @@ from pipeline.limits import Limits
 from pipeline.quarantine import NOT_WRITTEN, Share, merge_quarantine
 from pipeline.read_hash import BLOCK, changed_blocks, file_digests, recording
 from pipeline.shard_schema import SHARD_SCHEMA_VERSION
-from pipeline.stage import BuildStage
+from pipeline.stage import BuildStage, stage_class
 from pipeline.worker import (
     TaskResult,
     WorkerConfig,
@@ -104,10 +104,16 @@ class BuildConfig:
         return RowOptions(
             MaskOptions(self.mask_summaries, self.last_call_only),
             self.drop_truncated,
-            require_outcome=self.kind == "rl",
+            require_outcome=self.requires_outcome(),
             keep_damaged=self.keep_damaged,
             exclude_fidelity=frozenset(self.exclude_fidelity),
         )
+
+    def requires_outcome(self) -> bool:
+        """Whether every rollout needs an outcome: the stage's say (``BuildStage``; the
+        stage registered as ``kind`` when the build has no stage object)."""
+        stage = self.stage if self.stage is not None else stage_class(self.kind)
+        return bool(stage.requires_outcome)
 
     def fingerprint_config(self) -> dict:
         """What determines the output bytes (not: out, workers, progress)."""
@@ -425,7 +431,7 @@ def _run_build(
         except RewardsError as exc:
             raise BuildError(str(exc)) from None
     tasks = plan_tasks(files, config.format, chunk_bytes, walked_files(config.inputs))
-    if config.kind == "rl" and not config.rewards:
+    if config.requires_outcome() and not config.rewards:
         _refuse_without_outcomes(tasks)
     # "from_out": the input relative to the output directory, so verify and show find
     # it from anywhere while the two keep their places (``path`` is as given, relative to
@@ -612,15 +618,17 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, comman
     )
     if not_written:
         counts[NOT_WRITTEN] += not_written
-    # A stage may quarantine records that are not rollouts (judge corrections), counted
-    # apart; entries past the quarantine's caps are counted, not written.
-    entries = counts["quarantined"] + counts["corrections_quarantined"]
+    # A stage may quarantine records that are not rollouts (the SFT stage's judge
+    # corrections), counted apart under its ``quarantine_counts``; entries past the
+    # quarantine's caps are counted, not written.
+    others = config.stage.quarantine_counts if config.stage is not None else ()
+    entries = counts["quarantined"] + sum(counts[k] for k in others)
     if written + counts[NOT_WRITTEN] != entries:
         raise RuntimeError(
             f"quarantine.jsonl holds {written} entries ({counts[NOT_WRITTEN]} more counted, "
             f"not written) but the tasks counted {counts['quarantined']} rollouts and "
-            f"{counts['corrections_quarantined']} corrections: a record would be lost; "
-            "this is a bug in seam"
+            f"{entries - counts['quarantined']} other records ({', '.join(others) or 'none'}): "
+            "a record would be lost; this is a bug in seam"
         )
     if config.stage is not None:
         counts.update(config.stage.finalize(config.out, indices, dest=staging, excluded=excluded))

@@ -10,12 +10,14 @@ The body says how the directory was built, what each column means and how to use
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
 
 from pipeline.atomic import write_text
 from pipeline.shard_schema import SHARD_SCHEMA
+from pipeline.stage import stage_of_manifest
 from schemas.kinds import SeamKind
 
 SEAM_KIND_MEANINGS: dict[SeamKind, str] = {
@@ -106,13 +108,14 @@ def card_header(
     fields: list[pa.Field],
     rows: int,
     pretty_name: str,
-    pairs: bool = False,
+    side_datasets: Iterable[str] = (),
     data_files: str = "train-*.parquet",
 ) -> list[str]:
     """The YAML front matter (also used by exports): the configs (``default``: the shards;
-    ``pairs``: an SFT build's preference pairs, ``load_dataset(DIR, "pairs")``), the
-    default config's exact features and split size, and the Hub metadata. The license is
-    ``other``: the rows are the input rollouts' text, under whatever terms those have."""
+    one per side dataset of the build's stage, ``BuildStage.side_datasets``, e.g. an SFT
+    build's preference pairs, ``load_dataset(DIR, "pairs")``), the default config's exact
+    features and split size, and the Hub metadata. The license is ``other``: the rows are
+    the input rollouts' text, under whatever terms those have."""
     features = [{"name": f.name, **feature_yaml(f.type)} for f in fields]
     configs = [
         "- config_name: default",
@@ -120,12 +123,12 @@ def card_header(
         "  - split: train",
         f'    path: "{data_files}"',
     ]
-    if pairs:
+    for name in side_datasets:
         configs += [
-            "- config_name: pairs",
+            f"- config_name: {name}",
             "  data_files:",
             "  - split: train",
-            '    path: "pairs/pairs-*.parquet"',
+            f'    path: "{name}/{name}-*.parquet"',
         ]
     return [
         "---",
@@ -194,6 +197,7 @@ def fidelity_lines(counts: dict) -> list[str]:
 def write_card(out: Path, manifest: dict, extra_fields=()) -> None:
     counts = manifest["counts"]
     fields = [*SHARD_SCHEMA, *extra_fields]
+    side = stage_of_manifest(manifest).side_datasets
     build_dir = str(out)
     lines = [
         *card_header(
@@ -201,7 +205,7 @@ def write_card(out: Path, manifest: dict, extra_fields=()) -> None:
             fields,
             counts.get("segments", 0),
             f"seam {manifest['kind'].upper()} segments",
-            pairs=manifest["kind"] == "sft",
+            side_datasets=side,
         ),
         "",
         f"# seam {manifest['kind'].upper()} shards",
@@ -269,9 +273,8 @@ def write_card(out: Path, manifest: dict, extra_fields=()) -> None:
         "from datasets import load_dataset",
         f'segments = load_dataset("{build_dir}", split="train")  # the card: exact types, as above',
         *(
-            [f'pairs = load_dataset("{build_dir}", "pairs", split="train")  # preference pairs']
-            if manifest["kind"] == "sft"
-            else []
+            f'{name} = load_dataset("{build_dir}", "{name}", split="train")  # {what}'
+            for name, what in side.items()
         ),
         "```",
         "",

@@ -15,13 +15,26 @@ the build runs in several processes:
 The call order per task (``pipeline/worker.py``): ``open_task``; then per rollout
 ``prepare`` → (segment, mask) → ``keep_segment`` for each segment → ``accept``; then
 ``close``. Once all tasks are done the build calls ``finalize`` (``pipeline/build.py``).
+
+**The registry.** A build's ``manifest.json`` names its stage by registered name
+(``"kind"``: ``"rl"`` for a plain build, ``"sft"`` for ``build-sft``) and records the
+stage's ``fingerprint()`` under ``config.stage``. ``seam verify``, ``show``, ``export``
+and the dataset card resolve the stage from those two (``stage_of_manifest``) and ask it
+what they need — the rollout as the stage built it (``as_built``), whether it drops
+segments, which counts are quarantine entries that are not rollouts, its trainer mode and
+its side datasets — so no command branches on a stage's name and none imports a stage's
+code. A stage is registered by ``register_stage(name, cls)``, by an import string
+(``"package.module:Class"``, imported only when a build of that kind is read), or by a
+``seam.stages`` entry point of an installed package.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,6 +72,16 @@ class BuildStage(Protocol):
 
     # Extra shard columns, after the standard ones (``pipeline/shard_schema.py``).
     extra_fields: Sequence[pa.Field]
+    # What readers of the build ask of it (``PlainStage`` has the defaults).
+    requires_outcome: ClassVar[bool]
+    drops_segments: ClassVar[bool]
+    quarantine_counts: ClassVar[tuple[str, ...]]
+    trl_mode: ClassVar[str]
+    side_datasets: ClassVar[Mapping[str, str]]
+
+    def as_built(self, rollout: Rollout) -> Rollout:
+        """The rollout as the stage turned it into rows (``PlainStage.as_built``)."""
+        ...
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything of the stage that changes the output bytes (for the manifest and the
@@ -82,3 +105,82 @@ class BuildStage(Protocol):
         build took back out after their task ran (later copies of a duplicate id); nothing
         of theirs may reach the outputs."""
         ...
+
+
+class PlainStage:
+    """The build without a stage (``seam build-rl``), and the defaults of every stage: a
+    stage class may inherit these and override what it changes."""
+
+    # Every rollout needs an outcome (GRPO advantages need a reward).
+    requires_outcome: ClassVar[bool] = True
+    # The stage may leave out segments of an accepted rollout (verify then does not
+    # demand that every call is in a row).
+    drops_segments: ClassVar[bool] = False
+    # Counts (in ``manifest.json``) of quarantine entries that are not rollouts.
+    quarantine_counts: ClassVar[tuple[str, ...]] = ()
+    # ``seam export --to trl``'s mode when none is given.
+    trl_mode: ClassVar[str] = "grpo"
+    # Side datasets the stage writes as ``NAME/NAME-*.parquet`` (a card config each),
+    # with what each holds (a comment in the card's example).
+    side_datasets: ClassVar[Mapping[str, str]] = {}
+
+    @classmethod
+    def from_manifest(cls, recorded: Mapping[str, Any]) -> PlainStage:
+        """The stage as a build recorded it (``manifest["config"]["stage"]``, the stage's
+        ``fingerprint()``; empty when the build recorded none), for reading the build."""
+        return cls()
+
+    def as_built(self, rollout: Rollout) -> Rollout:
+        """The rollout as this stage turned it into rows (calls numbered as in the
+        shards' ``call_spans``), from the rollout as the build's inputs hold it."""
+        return rollout
+
+
+# A registered stage class derives from PlainStage (its defaults, overridden as needed).
+StageClass = type[PlainStage]
+PLAIN = "rl"
+# Stages shipped with seam, by import string: resolving one imports it, nothing else does.
+_REGISTERED: dict[str, StageClass | str] = {
+    PLAIN: PlainStage,
+    "sft": "judge.sft:SftStage",
+}
+ENTRY_POINT_GROUP = "seam.stages"
+
+
+class UnknownStageError(ValueError):
+    """A build names a stage no registry entry resolves: one line."""
+
+
+def register_stage(name: str, stage: StageClass | str) -> None:
+    """Register a stage class (or its ``"module:Class"`` import string) under ``name``,
+    the ``kind`` its builds' manifests record."""
+    _REGISTERED[name] = stage
+
+
+def stage_class(name: str) -> StageClass:
+    """The stage class registered as ``name``: registered here, else a ``seam.stages``
+    entry point of an installed package."""
+    found = _REGISTERED.get(name)
+    if found is None:
+        points = [p for p in entry_points(group=ENTRY_POINT_GROUP) if p.name == name]
+        if not points:
+            known = ", ".join(sorted(_REGISTERED))
+            raise UnknownStageError(
+                f"no seam stage is registered as {name!r} (known: {known}); install the "
+                f"package that provides it (entry point group {ENTRY_POINT_GROUP!r})"
+            )
+        found = points[0].value
+    if isinstance(found, str):
+        module, _, attr = found.partition(":")
+        found = getattr(importlib.import_module(module), attr)
+        _REGISTERED[name] = found
+    return found
+
+
+def stage_of_manifest(manifest: Mapping[str, Any]) -> PlainStage:
+    """The stage of a finished build, from its ``manifest.json`` (a dict or a
+    ``pipeline.manifest.Manifest``): the class registered as its ``kind``, configured from
+    its recorded ``config.stage``."""
+    kind = manifest.get("kind") or PLAIN
+    recorded = (manifest.get("config") or {}).get("stage") or {}
+    return stage_class(kind).from_manifest(recorded)

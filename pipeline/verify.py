@@ -59,6 +59,7 @@ from pipeline.errors import SeamError
 from pipeline.limits import Limits
 from pipeline.progress import counted
 from pipeline.render import ChatRenderer, TemplateError, template_message
+from pipeline.stage import stage_of_manifest
 from schemas.replay import CallView, replay
 from schemas.rollout import Rollout
 
@@ -155,12 +156,13 @@ def verify_build(
     if mode == "none":
         return result
     config = manifest.get("config", {})
+    stage = stage_of_manifest(manifest)
     options = _Options(
         bool(config.get("mask_summaries")),
         bool(config.get("last_call_only")),
         bool(config.get("drop_truncated"))
         or bool(config.get("exclude_fidelity"))
-        or manifest.get("kind") == "sft",
+        or stage.drops_segments,
         frozenset(config.get("exclude_fidelity") or ()),
         SAMPLE_CONTEXTS_PER_ROW if mode == "sample" else None,
     )
@@ -196,11 +198,9 @@ def verify_build(
             counts["mismatches"] += 1
         else:
             # Duplicate ids: the k-th group of rows of an id is the k-th accepted rollout.
-            rollout = candidates.pop(0)
-            if manifest.get("kind") == "sft":  # the SFT stage trims and may synthesize calls
-                from judge.sft import rollout_as_built
-
-                rollout = rollout_as_built(rollout, config.get("stage") or {})
+            # As the build's stage turned it into rows (the SFT stage trims a dangling
+            # call and may synthesize summary calls).
+            rollout = stage.as_built(candidates.pop(0))
             try:
                 found = _RolloutCheck(rollout, renderer, options).run(group)
             except TemplateError as exc:  # the build rendered it, so this is a mismatch too

@@ -260,7 +260,7 @@ def run_configured_build(config, title: str, verify: str = "sample") -> int:
         result = run_build(config, command)
     except OSError as exc:  # disk full, an unreadable input: one line, not a traceback
         raise UsageError(os_error_line(exc, config.out, "build")) from None
-    if config.kind == "rl" and not result.counts.get("accepted"):
+    if config.requires_outcome() and not result.counts.get("accepted"):
         raise UsageError(_why_nothing_accepted(result))
     if result.up_to_date:
         print(f"{result.out} is up to date (same inputs, tokenizer and options); nothing to do.")

@@ -27,6 +27,7 @@ from pipeline import atomic
 from pipeline.card import card_header
 from pipeline.errors import SeamError
 from pipeline.export import lengths, slime, trl, verl
+from pipeline.stage import stage_of_manifest
 
 TARGETS = ("trl", "verl", "slime")
 MARKER = "export.json"
@@ -72,7 +73,7 @@ def export_build(
     if tokenizer is not None and target != "verl":
         raise ExportError("--tokenizer only applies to --to verl")
     if target == "trl":
-        mode = mode or ("sft" if manifest["kind"] == "sft" else "grpo")
+        mode = mode or stage_of_manifest(manifest).trl_mode
         if mode not in trl.MODES:
             raise ExportError(f"unknown TRL mode {mode!r}; choose one of {', '.join(trl.MODES)}")
     shards = [build / name for name in manifest["shards"]]

@@ -45,6 +45,8 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset
 
+from pipeline.stage import stage_of_manifest
+
 COLUMNS = ["input_ids", "loss_mask"]
 TRUNCATIONS = ("error", "left", "right")
 
@@ -174,7 +176,7 @@ def shard_paths(parquet_files) -> list[Path]:
         if not manifest.is_file():
             raise ValueError(f"{item} has no manifest.json: not a seam build directory")
         meta = json.loads(manifest.read_text())
-        if meta.get("kind") != "sft":
+        if stage_of_manifest(meta).trl_mode != "sft":  # rows the stage meant for SFT
             raise ValueError(
                 f"{item} is a seam {meta.get('kind', 'rl')} build: SFT on it would train every "
                 "rollout, failed ones included; pass a seam build-sft directory"

@@ -19,6 +19,7 @@ from pipeline.show.model import (
     message_texts,
     segment_view,
 )
+from pipeline.stage import stage_of_manifest
 from schemas.rollout import Rollout
 
 
@@ -91,11 +92,8 @@ def _from_build(build: Path, rollout_id: str | None, where: str | None, tokenize
     rollout, note = None, None
     try:
         found = rollouts_from_inputs(build, manifest, {rollout_id}).get(rollout_id)
-        rollout = found[0] if found else None
-        if rollout is not None and manifest.get("kind") == "sft":
-            from judge.sft import rollout_as_built  # calls as the SFT stage numbered them
-
-            rollout = rollout_as_built(rollout, manifest.get("config", {}).get("stage") or {})
+        # calls numbered as the build's stage numbered them (``BuildStage.as_built``)
+        rollout = stage_of_manifest(manifest).as_built(found[0]) if found else None
         note = None if found else "the rollout is not in the build's inputs"
     except VerifyError as exc:
         note = f"rewrite details, corrections and audit unavailable: {exc}"
