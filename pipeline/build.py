@@ -111,9 +111,10 @@ class BuildConfig:
 
     def requires_outcome(self) -> bool:
         """Whether every rollout needs an outcome: the stage's say (``BuildStage``; the
-        stage registered as ``kind`` when the build has no stage object)."""
-        stage = self.stage if self.stage is not None else stage_class(self.kind)
-        return bool(stage.requires_outcome)
+        stage registered as ``kind`` when the build has no stage object or the object
+        does not say)."""
+        default = stage_class(self.kind).requires_outcome
+        return bool(getattr(self.stage, "requires_outcome", default))
 
     def fingerprint_config(self) -> dict:
         """What determines the output bytes (not: out, workers, progress)."""
@@ -621,7 +622,7 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, comman
     # A stage may quarantine records that are not rollouts (the SFT stage's judge
     # corrections), counted apart under its ``quarantine_counts``; entries past the
     # quarantine's caps are counted, not written.
-    others = config.stage.quarantine_counts if config.stage is not None else ()
+    others = tuple(getattr(config.stage, "quarantine_counts", ()))
     entries = counts["quarantined"] + sum(counts[k] for k in others)
     if written + counts[NOT_WRITTEN] != entries:
         raise RuntimeError(
