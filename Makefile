@@ -16,8 +16,10 @@ SAMPLE := data/sample
 
 .PHONY: setup build-rl-shards build-sft test test-trainers lint mutate bench fuzz report train-step clean
 
-# The main job needs only the core install (no torch); tests, training and benchmarks
-# add the train and dev extras (torch==2.13.0 CPU, hypothesis, Ray Data, ...).
+# The main job needs only the core install (no torch, no aiohttp, no matplotlib); tests,
+# training and benchmarks add every extra but trainers (torch==2.13.0 CPU, the gateway's
+# aiohttp, the report's matplotlib, the LLM judge's client, hypothesis, Ray Data, ...).
+TEST_EXTRAS := train,gateway,report,judge-llm,dev
 $(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -25,7 +27,7 @@ $(CORE): pyproject.toml
 	touch $(CORE)
 
 $(STAMP): $(CORE)
-	$(BIN)/pip install -q -e '.[train,dev]'
+	$(BIN)/pip install -q -e '.[$(TEST_EXTRAS)]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -81,7 +83,7 @@ train-step: build-rl-shards out/tiny-model/config.json
 		--rollouts-per-step 2 --max-step-tokens 16384 --recompute-old-logprobs
 
 ## One self-contained HTML page (plots + standard tables) about out/rl
-report: build-rl-shards
+report: build-rl-shards $(STAMP)
 	$(BIN)/seam report out/rl --html out/report.html --overwrite
 
 ## Long robustness run: 300 random examples per fuzz test, 40 SIGKILLs, 7 disk-full sizes (~10 min)

@@ -29,7 +29,6 @@ FP) and recall = TP / (TP + FN) (undefined, shown as n/a, when the denominator i
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -273,8 +272,3 @@ def evaluate(
         f"{Path(lab.file).name} {lab.uuid}" for k, lab in by_key.items() if k not in seen
     ]
     return result
-
-
-def counts_line(evaluation: Evaluation) -> str:
-    kinds = Counter(m.split(" ", 1)[0] for m in evaluation.misses)
-    return ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none"

@@ -73,6 +73,10 @@ def _checks(spec: str) -> tuple[str, ...]:
 def run_judge(args) -> int:
     from rich.console import Console
 
+    from pipeline import extras
+
+    if args.llm:
+        extras.require("judge-llm", "judge --llm")
     rejected: Counter = Counter()
     console = Console(stderr=True)
     _use_limits(args)

@@ -11,6 +11,7 @@ import select
 import signal
 import sys
 
+from pipeline import __version__, extras
 from pipeline.errors import SeamError
 
 COMMAND_MODULES = [
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Turn raw agent rollouts with compactions into training shards: "
         "find seams, cut segments, tokenize once, mask, attach advantages or corrections, write Parquet.",
     )
+    parser.add_argument("--version", action="version", version=f"seam {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -78,9 +80,19 @@ def main(argv: list[str] | None = None) -> int:
         if not _stdout_reader_left():
             raise  # another pipe broke: its traceback names it
         return _quiet_exit_after_sigpipe()
+    except extras.MissingExtra as exc:  # a SeamError whose message is the whole line
+        print(exc, file=sys.stderr)
+        return exc.exit_code
     except SeamError as exc:  # every error written for the user, caught here only
         print(f"seam {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ModuleNotFoundError as exc:
+        # An optional library imported past the command's own check: still one line.
+        extra = extras.extra_providing(exc.name)
+        if extra is None:
+            raise  # a core module is missing: a broken install, its traceback says which
+        print(extras.MissingExtra(args.command, extra), file=sys.stderr)
+        return 2
     except Terminated as exc:
         name = signal.Signals(exc.signum).name
         print(f"seam {args.command}: terminated ({name})", file=sys.stderr)

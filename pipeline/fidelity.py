@@ -74,13 +74,6 @@ REPORTED_KEY = "reported_input_tokens"
 REDACTED_KEY = "redacted_reasoning"
 
 
-def add_fidelity(meta: dict, reason: str, detail: str, event_id: str | None = None) -> None:
-    """Record one fidelity problem in a rollout's ``meta`` (the reader convention)."""
-    meta.setdefault(FIDELITY_KEY, []).append(
-        {"reason": reason, "event_id": event_id, "detail": detail}
-    )
-
-
 class UnknownReason(SeamError, ValueError):
     """A rollout names a fidelity reason that is not in ``REASONS`` (one line)."""
 

@@ -133,12 +133,8 @@ def looks_canonical(path: Path) -> bool:
 def detect_format(path: Path) -> str:
     if looks_canonical(path):
         return CANONICAL
-    try:
-        from pipeline.readers.detect import detect_format as detect_raw
-    except ImportError:
-        raise InputError(
-            f"{path}: not a canonical rollout file, and no raw-format readers are installed"
-        ) from None
+    from pipeline.readers.detect import detect_format as detect_raw
+
     return detect_raw(path)
 
 

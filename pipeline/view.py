@@ -55,6 +55,11 @@ class BuildBrowser:
         if url.path.startswith("/rollout/"):
             return self.rollout(unquote(url.path[len("/rollout/") :]))
         if url.path == "/report":
+            from pipeline import extras
+
+            if not extras.installed("report"):  # the rest of the browser works without it
+                message = str(extras.MissingExtra("view /report", "report"))
+                return 501, _page("report", f"<p class=error>{escape(message)}</p>")
             from pipeline.report import build_report
 
             return 200, build_report(self.dir)[0]

@@ -18,6 +18,4 @@ SeamKind = Literal["none", "compaction", "edit", "truncation", "template", "dive
 # What a policy call produced: a step of the task or a compaction summary.
 CallKind = Literal["action", "summary"]
 
-REWRITE_REASONS: tuple[RewriteReason, ...] = get_args(RewriteReason)
 SEAM_KINDS: tuple[SeamKind, ...] = get_args(SeamKind)
-CALL_KINDS: tuple[CallKind, ...] = get_args(CallKind)

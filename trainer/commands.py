@@ -29,13 +29,12 @@ COLUMNS = [  # (header, width, formatter of a StepMetrics)
 ]
 
 
-def _require_torch():
-    try:
-        import torch
-    except ImportError as exc:
-        raise UsageError(
-            "torch is not installed: pip install 'seam-rl[train]' (or torch itself)"
-        ) from exc
+def _require_torch(command: str):
+    from pipeline import extras
+
+    extras.require("train", command)
+    import torch
+
     return torch
 
 
@@ -56,7 +55,7 @@ def _check_model_dir(flag: str, path: str) -> None:
 
 
 def run_train_step(args) -> int:
-    torch = _require_torch()
+    torch = _require_torch("train-step")
     from rich.console import Console
     from rich.table import Table
 
@@ -166,7 +165,7 @@ def run_train_step(args) -> int:
 
 
 def run_make_tiny_model(args) -> int:
-    _require_torch()
+    _require_torch("make-tiny-model")
     _quiet_transformers()
     from trainer.models import build_tiny_model
 

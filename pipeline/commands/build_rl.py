@@ -214,12 +214,9 @@ def config_from_args(args, kind: str):
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     if args.engine == "ray":
-        import importlib.util
+        from pipeline import extras
 
-        if importlib.util.find_spec("ray") is None:
-            raise UsageError(
-                "--engine ray needs Ray Data: pip install 'seam-rl[ray]' (or 'ray[data]')"
-            )
+        extras.require("ray", f"{getattr(args, 'command', 'build-rl')} --engine ray")
     return BuildConfig(
         inputs=args.inputs,
         out=args.out,

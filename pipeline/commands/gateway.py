@@ -147,6 +147,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from pipeline import extras
+
+    extras.require("gateway", "gateway")
     from aiohttp import web
 
     from pipeline.credentials import split_url

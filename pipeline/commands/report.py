@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline import extras
 from pipeline.errors import UsageError
 
 
@@ -22,6 +23,7 @@ def check_destination(html: str, overwrite: bool) -> None:
 def run(args) -> int:
     from pipeline.report import write_report
 
+    extras.require("report", "report")
     check_destination(args.html, args.overwrite)
     plots = write_report(args.dir, args.html)
     drawn = sum(p.png is not None for p in plots)

@@ -141,13 +141,11 @@ def _within(shard: pa.Table, max_length: int | None) -> pa.Table:
 
 
 def _slime_torch():
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise ExportError(
-            "--to slime writes rollout_0.pt with torch.save (slime's --load-debug-rollout-data "
-            "reads it with torch.load): pip install torch"
-        ) from None
+    """``--to slime`` writes rollout_0.pt with torch.save (slime's
+    --load-debug-rollout-data reads it with torch.load): torch comes with the train extra."""
+    from pipeline import extras
+
+    extras.require("train", "export --to slime")
 
 
 def _decoder(manifest: dict, spec: str | None):

@@ -31,7 +31,6 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -593,10 +592,6 @@ def _stamp_gateway_ms(received: float, upstream_ms: float):
     return finish
 
 
-def _dumps(obj) -> str:
-    return orjson.dumps(obj).decode()
-
-
 def _canonical(message: dict):
     from schemas.rollout import MessageEvent, ToolCall
 
@@ -717,10 +712,3 @@ async def _stream(request: web.Request, events: Iterable[bytes]) -> web.StreamRe
         await resp.write(event)
     await resp.write_eof()
     return resp
-
-
-def default_out_note(out: Path) -> str:
-    return (
-        f"build: seam build-rl {out}/calls --rewards {out}/rewards.jsonl --out BUILD_DIR "
-        f"(SFT: seam build-sft {out}/calls --corrections {out}/corrections.jsonl --out BUILD_DIR)"
-    )
