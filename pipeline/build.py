@@ -45,6 +45,7 @@ from pipeline.canonical_io import RangeFeeder
 from pipeline.errors import SeamError
 from pipeline.inputs import Task, plan_tasks, resolve_inputs, walked_files
 from pipeline.limits import Limits
+from pipeline.manifest import Manifest, ManifestError
 from pipeline.quarantine import NOT_WRITTEN, Share, merge_quarantine
 from pipeline.read_hash import BLOCK, changed_blocks, file_digests, recording
 from pipeline.shard_schema import SHARD_SCHEMA_VERSION
@@ -234,27 +235,22 @@ def _check_out_dir(out: Path, fingerprint: str, overwrite: bool) -> bool:
         _refuse_foreign(out)
     if manifest_path.exists():
         try:
-            manifest = json.loads(manifest_path.read_text())
-        except ValueError:
-            manifest = None
-        if not isinstance(manifest, dict):
+            manifest = Manifest.read(out)
+        except ManifestError:
             if not overwrite:
                 raise BuildError(
                     f"{out}/manifest.json is not a seam manifest; choose another --out (or --overwrite)"
                 ) from None
-            manifest = {}
-        if manifest.get("shard_schema_version") != SHARD_SCHEMA_VERSION:
+            manifest = Manifest(shards=[])  # replaced below
+        if manifest.shard_schema_version != SHARD_SCHEMA_VERSION:
             if not overwrite:
-                rebuild = (
-                    manifest.get("command")
-                    or f"seam build-{manifest.get('kind', 'rl')} INPUT... --out {out}"
-                )
+                rebuild = manifest.command or f"seam build-{manifest.kind} INPUT... --out {out}"
                 raise BuildError(
-                    f"{out} was built with shard schema {manifest.get('shard_schema_version')} (this seam writes "
+                    f"{out} was built with shard schema {manifest.shard_schema_version} (this seam writes "
                     f"{SHARD_SCHEMA_VERSION}); rebuild it: {rebuild}"
                     + ("" if "--overwrite" in rebuild.split() else " --overwrite")
                 )
-        elif manifest.get("fingerprint") == fingerprint:
+        elif manifest.fingerprint == fingerprint:
             # Killed after writing its manifest, a build may have left its parts behind.
             shutil.rmtree(out / ".parts", ignore_errors=True)
             _remove_temporaries(out)
@@ -461,16 +457,16 @@ def _run_build(
     make_out_dir(out)
     with OutputLock(out):
         if _check_out_dir(out, fingerprint, config.overwrite):
-            manifest = json.loads((out / "manifest.json").read_text())
+            manifest = Manifest.read(out)
             return BuildResult(
                 out,
-                manifest["shards"],
-                Counter(manifest["counts"]),
-                Counter(manifest["seams"]),
-                Counter(manifest["skipped"]),
-                manifest["per_file"],
-                manifest["groups_of_one"],
-                manifest,
+                manifest.shards,
+                Counter(manifest.counts),
+                Counter(manifest.seams),
+                Counter(manifest.skipped),
+                manifest.per_file,
+                manifest.groups_of_one,
+                manifest.as_dict(),
                 up_to_date=True,
             )
         parts = out / ".parts"

@@ -36,6 +36,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from pipeline.errors import SeamError
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -147,7 +149,7 @@ _REGISTERED: dict[str, StageClass | str] = {
 ENTRY_POINT_GROUP = "seam.stages"
 
 
-class UnknownStageError(ValueError):
+class UnknownStageError(SeamError, ValueError):
     """A build names a stage no registry entry resolves: one line."""
 
 

@@ -57,9 +57,9 @@ import pyarrow.parquet as pq
 from pipeline import limits
 from pipeline.errors import SeamError
 from pipeline.limits import Limits
+from pipeline.manifest import InputRecord, Manifest, build_tokenizer
 from pipeline.progress import counted
 from pipeline.render import ChatRenderer, TemplateError, template_message
-from pipeline.stage import stage_of_manifest
 from schemas.replay import CallView, replay
 from schemas.rollout import Rollout
 
@@ -151,12 +151,12 @@ def verify_build(
     if mode not in MODES:
         raise VerifyError(f"--verify must be one of {', '.join(MODES)}, not {mode!r}")
     out = Path(build_dir)
-    manifest = _read_manifest(out)
+    manifest = Manifest.read(out)
     result = VerifyResult(mode)
     if mode == "none":
         return result
-    config = manifest.get("config", {})
-    stage = stage_of_manifest(manifest)
+    config = manifest.config
+    stage = manifest.stage()
     options = _Options(
         bool(config.get("mask_summaries")),
         bool(config.get("last_call_only")),
@@ -166,8 +166,8 @@ def verify_build(
         frozenset(config.get("exclude_fidelity") or ()),
         SAMPLE_CONTEXTS_PER_ROW if mode == "sample" else None,
     )
-    renderer = build_renderer(manifest, tokenizer)
-    shards = [out / name for name in manifest["shards"]]
+    renderer = build_tokenizer(manifest, tokenizer)
+    shards = [out / name for name in manifest.shards]
     ids = _rollout_ids(shards)
     wanted = _sample(ids) if mode == "sample" else set(ids)
     rollouts: dict[str, list[Rollout]] = {}
@@ -221,7 +221,7 @@ def verify_build(
 
 
 def _unaccounted(
-    out: Path, manifest: dict, positions: list[tuple[str, int | None, str]], with_rows: Counter
+    out: Path, manifest: Manifest, positions: list[tuple[str, int | None, str]], with_rows: Counter
 ) -> list[Mismatch]:
     """Input rollouts with no rows, no quarantine entry at their place, and beyond the
     manifest's count of rollouts that left no rows (module docstring)."""
@@ -239,12 +239,12 @@ def _unaccounted(
             left[rollout_id] -= 1
         elif (file, line) not in quarantined:
             missing.append((file, line, rollout_id))
-    rowless = int(manifest.get("counts", {}).get("rollouts_without_segments", 0))
+    rowless = manifest.count("rollouts_without_segments")
     if len(missing) == rowless:
         return []
     # Entries past the quarantine's caps are counted, not written: that many quarantined
     # rollouts may have no entry (the count is exact, the places are not kept).
-    not_written = int(manifest.get("counts", {}).get("quarantine_not_written", 0))
+    not_written = manifest.count("quarantine_not_written")
     if rowless < len(missing) <= rowless + not_written:
         return []
     if len(missing) < rowless:
@@ -261,33 +261,6 @@ def _unaccounted(
         Mismatch(f"{file}:{line}" if line is not None else file, -1, rollout_id, None, what)
         for file, line, rollout_id in missing[rowless:]
     ]
-
-
-def _read_manifest(out: Path) -> dict:
-    path = out / "manifest.json"
-    if not path.is_file():
-        raise VerifyError(f"{out} has no manifest.json: not a finished seam build")
-    return json.loads(path.read_text())
-
-
-def build_renderer(manifest: dict, tokenizer: str | None) -> ChatRenderer:
-    """The build's tokenizer and template, checked against the manifest's hashes."""
-    from pipeline.tokenizer import tokenizer_fingerprint
-    from pipeline.worker import segmenter_with
-
-    recorded = manifest["tokenizer"]
-    if tokenizer is None:
-        where = Path(recorded.get("name_or_path", ""))
-        tokenizer = str(where) if (where / "tokenizer.json").is_file() else None
-    renderer = segmenter_with(tokenizer, manifest.get("config", {}).get("chat_template")).renderer
-    have = tokenizer_fingerprint(renderer.tokenizer)
-    for key in ("tokenizer_sha256", "chat_template_sha256"):
-        if have[key] != recorded.get(key):
-            raise VerifyError(
-                f"the tokenizer at hand ({have['name_or_path']}) is not the build's ({key} differs); "
-                "pass the build's with --tokenizer DIR"
-            )
-    return renderer
 
 
 def _rollout_ids(shards: list[Path]) -> list[str]:
@@ -350,44 +323,44 @@ def _row_groups(shards: list[Path], wanted: set[str]) -> list[list[tuple]]:
 
 
 def rollouts_from_inputs(
-    build_dir: Path, manifest: dict, wanted: set[str]
+    build_dir: Path, manifest: Manifest | dict, wanted: set[str]
 ) -> dict[str, list[Rollout]]:
     """The wanted rollouts from the build's inputs, per id in input order."""
     found: dict[str, list[Rollout]] = {}
-    for _, _, rollout in _read_inputs(build_dir, manifest, wanted):
+    for _, _, rollout in _read_inputs(build_dir, Manifest.of(manifest), wanted):
         found.setdefault(rollout.rollout_id, []).append(rollout)
     return found
 
 
-def input_path(build_dir: Path, entry: dict) -> Path:
+def input_path(build_dir: Path, entry: InputRecord) -> Path:
     """Where a manifest input is now: its path as given when that resolves from here (the
     directory the build ran in), else its place relative to the build directory."""
-    given = Path(entry["path"])
-    if given.is_file() or given.is_absolute() or "from_out" not in entry:
+    given = Path(entry.path)
+    if given.is_file() or given.is_absolute() or entry.from_out is None:
         return given
-    beside = Path(build_dir) / entry["from_out"]
+    beside = Path(build_dir) / entry.from_out
     return beside if beside.is_file() else given
 
 
 def _read_inputs(
-    build_dir: Path, manifest: dict, wanted: set[str] | None
+    build_dir: Path, manifest: Manifest, wanted: set[str] | None
 ) -> Iterator[tuple[str, int | None, Rollout]]:
     """``iter_input_records`` over the build's inputs, each named as the build named it."""
     from pipeline.write import file_sha256
 
     paths, names = [], {}
-    for entry in manifest["inputs"]:
+    for entry in manifest.inputs:
         path = input_path(build_dir, entry)
         if not path.is_file():
             raise VerifyError(
-                f"input {entry['path']} of the build is gone (looked from here and from "
+                f"input {entry.path} of the build is gone (looked from here and from "
                 f"{build_dir}); verify where the inputs are"
             )
-        if file_sha256(path) != entry["sha256"]:
+        if file_sha256(path) != entry.sha256:
             raise VerifyError(f"input {path} changed since the build (sha256 differs); rebuild")
         paths.append(path)
-        names[str(path)] = entry["path"]
-    config = manifest.get("config", {})
+        names[str(path)] = entry.path
+    config = manifest.config
     # read as the build read them: its record limits and its --group-by
     limits.use(Limits(**config["limits"]) if "limits" in config else Limits())
     for file, line, rollout in iter_input_records(

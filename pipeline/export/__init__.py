@@ -27,7 +27,7 @@ from pipeline import atomic
 from pipeline.card import card_header
 from pipeline.errors import SeamError
 from pipeline.export import lengths, slime, trl, verl
-from pipeline.stage import stage_of_manifest
+from pipeline.manifest import Manifest, build_tokenizer
 
 TARGETS = ("trl", "verl", "slime")
 MARKER = "export.json"
@@ -60,10 +60,7 @@ def export_build(
     max_length: int | None = None,
 ) -> ExportResult:
     build, out = Path(build_dir), Path(out)
-    manifest_path = build / "manifest.json"
-    if not manifest_path.exists():
-        raise ExportError(f"{build} has no manifest.json: not a seam build directory")
-    manifest = json.loads(manifest_path.read_text())
+    manifest = Manifest.read(build)
     if target not in TARGETS:
         raise ExportError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     if mode is not None and target != "trl":
@@ -73,16 +70,18 @@ def export_build(
     if tokenizer is not None and target != "verl":
         raise ExportError("--tokenizer only applies to --to verl")
     if target == "trl":
-        mode = mode or stage_of_manifest(manifest).trl_mode
+        mode = mode or manifest.stage().trl_mode
         if mode not in trl.MODES:
             raise ExportError(f"unknown TRL mode {mode!r}; choose one of {', '.join(trl.MODES)}")
-    shards = [build / name for name in manifest["shards"]]
+    shards = [build / name for name in manifest.shards]
     missing = [s.name for s in shards if not s.exists()]
     if missing:
         raise ExportError(
             f"{build}: shard(s) listed in manifest.json are missing: {', '.join(missing[:3])}; rebuild it"
         )
-    decoder = _decoder(manifest, tokenizer) if target == "verl" else None
+    # verl's prompt text: decoded with the build's own vocabulary (``build_tokenizer``:
+    # the recorded one, else --tokenizer DIR; hashes checked)
+    decoder = build_tokenizer(manifest, tokenizer).backend if target == "verl" else None
     if target == "slime":
         _slime_torch()
     _prepare(out, overwrite)
@@ -121,7 +120,7 @@ def export_build(
                 "dropped_over_max_length": {"rows": dropped, "trainable_tokens": dropped_trainable},
                 "lengths": table,
                 **({"verl_lengths": longest} if target == "verl" else {}),
-                "source_shard_sha256": manifest["shard_sha256"],
+                "source_shard_sha256": manifest.shard_sha256,
             },
             indent=2,
             sort_keys=True,
@@ -146,30 +145,6 @@ def _slime_torch():
     from pipeline import extras
 
     extras.require("train", "export --to slime")
-
-
-def _decoder(manifest: dict, spec: str | None):
-    """The build's vocabulary as a ``tokenizers.Tokenizer`` (verl's prompt text), checked
-    against the hash in the manifest so text is never decoded with the wrong vocabulary."""
-    from tokenizers import Tokenizer
-
-    from pipeline.tokenizer import DEFAULT_TOKENIZER, default_tokenizer_dir, tokenizer_file_sha256
-
-    directory = (
-        default_tokenizer_dir()
-        if spec == DEFAULT_TOKENIZER
-        else Path(spec or manifest["tokenizer"]["name_or_path"])
-    )
-    if not (directory / "tokenizer.json").is_file():
-        raise ExportError(
-            f"the build's tokenizer {directory} is gone; pass --tokenizer DIR (or --tokenizer "
-            f"{DEFAULT_TOKENIZER} for the built-in one)"
-        )
-    if tokenizer_file_sha256(directory) != manifest["tokenizer"]["tokenizer_sha256"]:
-        raise ExportError(
-            f"tokenizer {directory} is not the one the build used (tokenizer_sha256 in manifest.json differs)"
-        )
-    return Tokenizer.from_file(str(directory / "tokenizer.json"))
 
 
 def _prepare(out: Path, overwrite: bool) -> None:

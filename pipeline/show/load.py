@@ -4,12 +4,12 @@ fly with the build's own functions)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from pipeline.errors import SeamError
+from pipeline.manifest import Manifest, build_tokenizer
 from pipeline.show.model import (
     SEGMENT_COLUMNS,
     RolloutView,
@@ -19,7 +19,6 @@ from pipeline.show.model import (
     message_texts,
     segment_view,
 )
-from pipeline.stage import stage_of_manifest
 from schemas.rollout import Rollout
 
 
@@ -52,10 +51,10 @@ def build_rollout_ids(build: Path, where: str | None = None, limit: int | None =
     """Rollout ids of a build in build order, filtered by a SQL condition on ``rollouts``."""
     from pipeline.views import connect
 
-    manifest = json.loads((Path(build) / "manifest.json").read_text())
+    manifest = Manifest.read(build)
     ordered: dict[str, None] = dict.fromkeys(
         i
-        for name in manifest["shards"]
+        for name in manifest.shards
         for i in pq.read_table(Path(build) / name, columns=["rollout_id"])[0].to_pylist()
     )
     if where:
@@ -69,16 +68,16 @@ def build_rollout_ids(build: Path, where: str | None = None, limit: int | None =
 
 
 def _from_build(build: Path, rollout_id: str | None, where: str | None, tokenizer) -> RolloutView:
-    from pipeline.verify import VerifyError, build_renderer, rollouts_from_inputs
+    from pipeline.verify import VerifyError, rollouts_from_inputs
 
-    manifest = json.loads((build / "manifest.json").read_text())
+    manifest = Manifest.read(build)
     if rollout_id is None:
         ids = build_rollout_ids(build, where, 1)
         if not ids:
             raise ShowError(f"no rollout of {build} matches --where {where!r}")
         rollout_id = ids[0]
     rows = []
-    for name in manifest["shards"]:
+    for name in manifest.shards:
         names = pq.read_schema(build / name).names
         columns = [c for c in [*SEGMENT_COLUMNS, "context_fidelity"] if c in names]
         filters = [("rollout_id", "==", rollout_id)]  # row groups without it are not read
@@ -88,12 +87,12 @@ def _from_build(build: Path, rollout_id: str | None, where: str | None, tokenize
             f"{build} has no rollout {rollout_id!r} (seam sql {build} 'SELECT rollout_id FROM rollouts')"
         )
     rows = _first_rollout(rows)
-    renderer = build_renderer(manifest, tokenizer)
+    renderer = build_tokenizer(manifest, tokenizer)
     rollout, note = None, None
     try:
         found = rollouts_from_inputs(build, manifest, {rollout_id}).get(rollout_id)
         # calls numbered as the build's stage numbered them (``BuildStage.as_built``)
-        rollout = stage_of_manifest(manifest).as_built(found[0]) if found else None
+        rollout = manifest.stage().as_built(found[0]) if found else None
         note = None if found else "the rollout is not in the build's inputs"
     except VerifyError as exc:
         note = f"rewrite details, corrections and audit unavailable: {exc}"
