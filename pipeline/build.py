@@ -50,6 +50,7 @@ from pipeline.quarantine import NOT_WRITTEN, Share, merge_quarantine
 from pipeline.read_hash import BLOCK, changed_blocks, file_digests, recording
 from pipeline.shard_schema import SHARD_SCHEMA_VERSION
 from pipeline.stage import BuildStage, stage_class
+from pipeline.step_times import StepTimes
 from pipeline.worker import (
     TaskResult,
     WorkerConfig,
@@ -97,6 +98,7 @@ class BuildConfig:
     stage: BuildStage | None = None
     limits: Limits = field(default_factory=Limits)  # what one input record may cost
     group_by: str | None = None  # chat-completions logs: the field naming a call's rollout
+    timings: str | None = None  # --timings FILE: seconds per step as JSON (not an output)
 
     def row_options(self):
         from pipeline.mask import MaskOptions
@@ -162,6 +164,10 @@ class BuildResult:
     group_of_one: int
     manifest: dict
     up_to_date: bool = False
+    # Seconds per step (never in the manifest): the workers' steps summed over the tasks
+    # this run ran (a resumed task's are not), and the build process's own (finalize).
+    worker_times: StepTimes = field(default_factory=StepTimes)
+    build_times: StepTimes = field(default_factory=StepTimes)
 
 
 class OutputLock:
@@ -290,6 +296,7 @@ def auto_chunk_bytes(files: list[Path]) -> int:
 
 
 def run_build(config: BuildConfig, command: str = "") -> BuildResult:
+    start = StepTimes.clock()
     if config.engine == "local":
         # Workers own the cores: every process of a local build encodes on one thread.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -309,7 +316,7 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
     digests = [hashing.submit(file_digests, f, stop) for f in files]
     hashing.shutdown(wait=False)
     try:
-        return _run_build(config, command, files, digests, states)
+        return _run_build(config, command, files, digests, states, start)
     finally:
         stop.set()
 
@@ -411,7 +418,12 @@ def _check_reads(
 
 
 def _run_build(
-    config: BuildConfig, command: str, files: list[Path], digests: list, states: list
+    config: BuildConfig,
+    command: str,
+    files: list[Path],
+    digests: list,
+    states: list,
+    start: tuple[float, float],
 ) -> BuildResult:
     from pipeline.progress import task_progress
 
@@ -485,6 +497,9 @@ def _run_build(
         }
         done = {i: r for i, r in finished.items() if r is not None}
         resumed = len(done)
+        worker_times, build_times = StepTimes(), StepTimes()
+        # From the start: inputs resolved and hashed, tokenizer loaded, tasks planned.
+        build_times.add_since("plan", start)
         todo = [t for t in tasks if t.index not in done]
         wconf = WorkerConfig(
             config.out,
@@ -498,6 +513,7 @@ def _run_build(
             # The quarantine is bounded for the whole build, shared by its tasks.
             Share.of(config.limits, len(tasks)),
         )
+        tasks_start = StepTimes.clock()
         with (
             recording() as fed,  # the compressed ranges this process reads for the workers
             _task_runner(todo, wconf, config) as results_in_order,
@@ -505,11 +521,18 @@ def _run_build(
         ):
             for result in results_in_order:
                 done[result.task] = result
+                worker_times.merge(result.timings)
                 advance(result)
+        # The build process's wait for the workers (elapsed; their work: worker_times).
+        build_times.add_since("tasks", tasks_start)
         results = [done[t.index] for t in tasks]
-        _check_inputs_unchanged(files, states)
-        _check_reads(files, [d.result() for d in digests], results, fed)
-        return _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, command)
+        with build_times.step("check reads"):
+            _check_inputs_unchanged(files, states)
+            _check_reads(files, [d.result() for d in digests], results, fed)
+        result = _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, command)
+        result.worker_times = worker_times
+        result.build_times = build_times.merge(result.build_times)
+        return result
 
 
 @contextmanager
@@ -570,24 +593,9 @@ def _finished(marker: Path) -> TaskResult | None:
 
 
 def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, command) -> BuildResult:
-    counts: Counter[str] = Counter()
-    seams: Counter[str] = Counter()
-    skipped: Counter[str] = Counter()
-    per_file: dict[str, Any] = {}
-    for r in results:
-        counts.update(r.counts)
-        seams.update(r.seams)
-        skipped.update(r.skipped)
-        f = per_file.setdefault(
-            r.file,
-            {"format": r.format, "read": 0, "accepted": 0, "quarantined": 0, "skipped": 0},
-        )
-        for k in ("read", "accepted", "quarantined"):
-            f[k] += r.counts.get(k, 0)
-        f["skipped"] += sum(r.skipped.values())
-        if r.session_files:  # one session's files, read together: counted here
-            f["session_files"] = r.session_files
-    excluded, duplicate_entries = _duplicates(results, counts, seams, per_file)
+    times = StepTimes()
+    with times.step("duplicates"):
+        counts, seams, skipped, per_file, excluded, duplicate_entries = _add_up(results)
     indices = [t.index for t in tasks]
     extra_fields = config.stage.extra_fields if config.stage is not None else []
     # Everything a loader would read is written into a hidden staging directory and
@@ -595,24 +603,26 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, comman
     staging = out / ".parts" / "publish"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    shard_hashes, group_of_one = write_shards(
-        config.out,
-        results,
-        config.rows_per_shard,
-        config.use_std,
-        extra_fields,
-        config.workers,
-        config.std_ddof,
-        dest=staging,
-        excluded=excluded,
-    )
+    with times.step("advantages+shards"):
+        shard_hashes, group_of_one = write_shards(
+            config.out,
+            results,
+            config.rows_per_shard,
+            config.use_std,
+            extra_fields,
+            config.workers,
+            config.std_ddof,
+            dest=staging,
+            excluded=excluded,
+        )
     shards = list(shard_hashes)
-    written, not_written = merge_quarantine(
-        [part_paths(config.out, i)[1] for i in indices],
-        staging / "quarantine.jsonl",
-        config.limits,
-        extra=duplicate_entries,
-    )
+    with times.step("quarantine"):
+        written, not_written = merge_quarantine(
+            [part_paths(config.out, i)[1] for i in indices],
+            staging / "quarantine.jsonl",
+            config.limits,
+            extra=duplicate_entries,
+        )
     if not_written:
         counts[NOT_WRITTEN] += not_written
     # A stage may quarantine records that are not rollouts (the SFT stage's judge
@@ -628,7 +638,10 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, comman
             "a record would be lost; this is a bug in seam"
         )
     if config.stage is not None:
-        counts.update(config.stage.finalize(config.out, indices, dest=staging, excluded=excluded))
+        with times.step("stage"):
+            counts.update(
+                config.stage.finalize(config.out, indices, dest=staging, excluded=excluded)
+            )
     for k in ("read", "accepted", "quarantined"):
         counts.setdefault(k, 0)
     manifest = {
@@ -651,12 +664,40 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, comman
     }
     from pipeline.card import write_card
 
-    _publish(staging, out)
-    out_dir.record(out, ["README.md", "manifest.json"])
-    write_card(out, manifest, extra_fields)
-    write_json(out / "manifest.json", manifest)
-    shutil.rmtree(out / ".parts", ignore_errors=True)
-    return BuildResult(out, shards, counts, seams, skipped, per_file, group_of_one, manifest)
+    with times.step("card+manifest"):
+        _publish(staging, out)
+        out_dir.record(out, ["README.md", "manifest.json"])
+        write_card(out, manifest, extra_fields)
+        write_json(out / "manifest.json", manifest)
+        shutil.rmtree(out / ".parts", ignore_errors=True)
+    result = BuildResult(out, shards, counts, seams, skipped, per_file, group_of_one, manifest)
+    result.build_times = times
+    return result
+
+
+def _add_up(results: list[TaskResult]):
+    """The tasks' counts added up, then duplicates taken back out (``_duplicates``):
+    counts, seams, skipped, per-file counts, the ordinals left out per task and their
+    quarantine entries."""
+    counts: Counter[str] = Counter()
+    seams: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
+    per_file: dict[str, Any] = {}
+    for r in results:
+        counts.update(r.counts)
+        seams.update(r.seams)
+        skipped.update(r.skipped)
+        f = per_file.setdefault(
+            r.file,
+            {"format": r.format, "read": 0, "accepted": 0, "quarantined": 0, "skipped": 0},
+        )
+        for k in ("read", "accepted", "quarantined"):
+            f[k] += r.counts.get(k, 0)
+        f["skipped"] += sum(r.skipped.values())
+        if r.session_files:  # one session's files, read together: counted here
+            f["session_files"] = r.session_files
+    excluded, duplicate_entries = _duplicates(results, counts, seams, per_file)
+    return counts, seams, skipped, per_file, excluded, duplicate_entries
 
 
 def _duplicates(

@@ -287,6 +287,11 @@ def iter_raw_records(path: Path) -> Iterator[RawRecord]:
 
 def parse_rollout(data: bytes) -> Rollout:
     """Decode and validate one record. Raises ``ValueError`` with a one-line reason."""
+    return validate_record(decode_record(data))
+
+
+def decode_record(data: bytes) -> dict:
+    """One record's JSON object (within ``max_depth``); ``ValueError`` with a one-line reason."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -294,6 +299,11 @@ def parse_rollout(data: bytes) -> Rollout:
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     limits.check_depth(obj, data)  # a DepthError is a ValueError
+    return obj
+
+
+def validate_record(obj: dict) -> Rollout:
+    """A decoded record as a ``Rollout``; ``ValueError`` naming the first schema error."""
     try:
         return Rollout.model_validate(obj)
     except ValidationError as exc:

@@ -23,8 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import limits
-from pipeline.canonical_io import UNREADABLE, iter_jsonl_lines, iter_parquet_records, parse_rollout
+from pipeline.canonical_io import (
+    UNREADABLE,
+    decode_record,
+    iter_jsonl_lines,
+    iter_parquet_records,
+    validate_record,
+)
 from pipeline.inputs import CANONICAL, UNRECOGNISED, Task
+from pipeline.step_times import StepTimes
 from schemas.rollout import MessageEvent, Rollout
 
 RAW_EXCERPT_LIMIT = 1 << 20  # quarantined raw text kept per record (file + line point to the rest)
@@ -50,20 +57,22 @@ def iter_records(
     data: bytes | None = None,
     reader_options: dict | None = None,
     keep: Callable[[bytes], bool] | None = None,
+    times: StepTimes | None = None,
 ) -> Iterator[Record]:
     """The records of one task, in file order. ``data``: the task's bytes when the build
     fed them (a range of a compressed file); ``reader_options``: options for raw-format
     readers (``--group-by``); ``keep``: a cheap test of a canonical record's raw bytes,
     records it rejects are passed over unparsed and unreported (``seam verify`` reads only
-    the rollouts of its sample)."""
+    the rollouts of its sample); ``times``: where the schema validation's seconds go
+    (step ``validate``; the rest is the caller's ``read``)."""
     if task.format == CANONICAL:
-        yield from _canonical(task, data, keep)
+        yield from _canonical(task, data, keep, times or StepTimes())
     else:
         yield from _raw(task, reader_options or {})
 
 
 def _canonical(
-    task: Task, data: bytes | None, keep: Callable[[bytes], bool] | None
+    task: Task, data: bytes | None, keep: Callable[[bytes], bool] | None, times: StepTimes
 ) -> Iterator[Record]:
     path = Path(task.path)
     try:
@@ -81,8 +90,10 @@ def _canonical(
                 continue
             line = raw.line
             try:
-                rollout = parse_rollout(raw.data)
-                check_message_sizes(rollout)
+                obj = decode_record(raw.data)
+                with times.step("validate"):
+                    rollout = validate_record(obj)
+                    check_message_sizes(rollout)
             except (ValueError, RecursionError) as exc:
                 yield Record(QUARANTINED, line, reason=_reason(exc), raw=_excerpt(raw.data))
                 continue

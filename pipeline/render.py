@@ -32,6 +32,7 @@ import numpy as np
 import orjson
 
 from pipeline.errors import SeamError
+from pipeline.step_times import StepTimes
 from schemas.rollout import MessageEvent
 
 ENCODE_CACHE_TOKENS = 4 << 20  # ids kept by encode_many's cache (16 MiB of int32 per process)
@@ -100,6 +101,9 @@ class ChatRenderer:
         (the reference the incremental path is tested against)."""
         self.tokenizer = tokenizer
         self.backend = tokenizer.backend_tokenizer
+        # Where renders and encodes count their seconds (steps ``render`` and ``tokenize``):
+        # a build worker sets its task's ``StepTimes`` here while the task runs.
+        self.times: StepTimes | None = None
         self.template = _compile(tokenizer.chat_template)
         self.special = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
         self.eos_text = self._end_of_turn_text()
@@ -123,6 +127,14 @@ class ChatRenderer:
 
     # -- text ---------------------------------------------------------------------------
     def render(
+        self, messages: Sequence[dict], tools: list | None, add_generation_prompt: bool
+    ) -> str:
+        if self.times is not None:
+            with self.times.step("render"):
+                return self._render(messages, tools, add_generation_prompt)
+        return self._render(messages, tools, add_generation_prompt)
+
+    def _render(
         self, messages: Sequence[dict], tools: list | None, add_generation_prompt: bool
     ) -> str:
         from pipeline.chat_jinja import render_bounded
@@ -217,6 +229,12 @@ class ChatRenderer:
 
     def _encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids of ``texts`` in one call into the Rust tokenizer (no cache)."""
+        if self.times is not None:
+            with self.times.step("tokenize"):
+                return self._encode_uncached(texts)
+        return self._encode_uncached(texts)
+
+    def _encode_uncached(self, texts: list[str]) -> list[np.ndarray]:
         encode = (
             self.backend.encode_batch_fast
             if hasattr(self.backend, "encode_batch_fast")

@@ -105,3 +105,22 @@ WIDE = 240
 
 def print_summary(*args, **kwargs) -> None:
     table_console().print(summary_table(*args, **kwargs))
+
+
+def step_times_table(workers, build, elapsed: float) -> Table:
+    """Seconds per build step (``pipeline/step_times.py``): the workers' steps summed over
+    the tasks (worker-seconds: with N workers they add up to about N × the tasks' elapsed
+    time), then the build process's own, and the command's elapsed time."""
+    table = Table(title=f"time per step ({elapsed:.2f} s elapsed)", header_style="bold")
+    table.add_column("step")
+    table.add_column("where")
+    table.add_column("wall s", justify="right")
+    table.add_column("CPU s", justify="right")
+    table.add_column("share", justify="right")
+    work = sum(wall for _, wall, _ in workers.ordered())
+    for name, wall, cpu in workers.ordered():
+        share = f"{wall / work:.0%}" if work > 0 else ""
+        table.add_row(name, "workers", f"{wall:.2f}", f"{cpu:.2f}", share)
+    for name, wall, cpu in build.ordered():
+        table.add_row(name, "build", f"{wall:.2f}", f"{cpu:.2f}", "")
+    return table

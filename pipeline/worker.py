@@ -51,6 +51,7 @@ from pipeline.rows import (
 )
 from pipeline.segment import Segmenter
 from pipeline.stage import BuildStage
+from pipeline.step_times import StepTimes
 from schemas.rollout import Rollout
 
 
@@ -212,6 +213,9 @@ class TaskResult:
     # What the task read: {file: {block index: sha256}} (``read_hash``); None in markers
     # of an older seam.
     reads: dict[str, dict[str, str]] | None = None
+    # Wall and CPU seconds per step (``StepTimes.as_json``): printed and ``--timings``,
+    # never in the manifest.
+    timings: dict[str, list[float]] | None = None
 
     def to_json(self) -> str:
         fields = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
@@ -255,8 +259,21 @@ def _on_helper_thread(fn, *args):
 
 
 def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResult:
-    part_path, quarantine_path, marker = part_paths(config.out, task.index)
     segmenter = segmenter_for(config)
+    times = StepTimes()
+    # The renderer times its renders and encodes into the task's steps (``step_times``).
+    segmenter.renderer.times = times
+    try:
+        return _run_timed_task(task, config, data, segmenter, times)
+    finally:
+        segmenter.renderer.times = None
+
+
+def _run_timed_task(
+    task: Task, config: WorkerConfig, data: bytes | None, segmenter: Segmenter, times: StepTimes
+) -> TaskResult:
+    part_path, quarantine_path, marker = part_paths(config.out, task.index)
+    step = times.step
     rewards = rewards_for(config.rewards) if config.rewards else None
     task_stage = (
         config.stage.open_task(config.out, task.index) if config.stage is not None else None
@@ -281,7 +298,12 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
     rowless: list[tuple] = []  # accepted rollouts that left no rows
     # Every input block the task reads is hashed as it is read (``read_hash``).
     with recording() as reads:
-        for record in iter_records(task, data, config.reader_options):
+        records = iter_records(task, data, config.reader_options, times=times)
+        while True:
+            with step("read"):
+                record = next(records, None)
+            if record is None:
+                break
             line, file = record.line, record.file
             if record.kind == SKIPPED:
                 skipped[record.reason] += 1
@@ -295,16 +317,19 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
             if rewards is not None:
                 from pipeline.readers.rewards import apply_rewards
 
-                rollout, matched = apply_rewards(rollout, rewards)
+                with step("rewards"):
+                    rollout, matched = apply_rewards(rollout, rewards)
                 stats["rewards_matched" if matched else "rewards_unmatched"] += 1
             if task_stage is not None:
-                rollout, reason, extra_entries = task_stage.prepare(rollout)
+                with step("stage"):
+                    rollout, reason, extra_entries = task_stage.prepare(rollout)
                 for entry in extra_entries:
                     quarantine.add({"file": task.path, "line": line, **entry})
                 if rollout is None:
                     reject(line, reason, None, file)
                     continue
-            damaged = fidelity.damage(rollout)
+            with step("fidelity"):
+                damaged = fidelity.damage(rollout)
             if damaged and not config.options.keep_damaged:
                 reject(
                     line,
@@ -315,20 +340,27 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
                 )
                 continue
             try:
-                _check_numbers(rollout, len(segmenter.renderer.tokenizer))
-                segments, dropped = masked_segments(rollout, segmenter, config.options)
-                segments, excluded = exclude_by_fidelity(
-                    rollout, segments, config.options.exclude_fidelity
-                )
+                with step("fidelity"):
+                    _check_numbers(rollout, len(segmenter.renderer.tokenizer))
+                with step("segment+mask"):
+                    segments, dropped = masked_segments(rollout, segmenter, config.options)
+                with step("fidelity"):
+                    segments, excluded = exclude_by_fidelity(
+                        rollout, segments, config.options.exclude_fidelity
+                    )
                 if task_stage is not None:
-                    segments = [
-                        m for m in segments if task_stage.keep_segment(len(m.segment.tokens))
-                    ]
-                # The stage's columns first: a rollout rejected there must leave no rows behind.
-                extra = task_stage.accept(rollout, segments) if task_stage is not None else None
-                batch.add_rollout(rollout, ordinal, segments)
-                if extra is not None:
-                    batch.add_extra(extra)
+                    with step("stage"):
+                        segments = [
+                            m for m in segments if task_stage.keep_segment(len(m.segment.tokens))
+                        ]
+                        # The stage's columns first: a rollout rejected there leaves no rows.
+                        extra = task_stage.accept(rollout, segments)
+                else:
+                    extra = None
+                with step("rows"):
+                    batch.add_rollout(rollout, ordinal, segments)
+                    if extra is not None:
+                        batch.add_extra(extra)
             except (RejectedRollout, TemplateError) as exc:
                 reject(line, f"rollout {rollout.rollout_id}: {exc}", None, file)
                 continue
@@ -338,47 +370,51 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
                 )
                 continue
             ordinal += 1
-            own: Counter = Counter(accepted=1, dropped_truncated_segments=dropped, **excluded)
-            own["segments"] += len(segments)
-            if not segments:
-                own["rollouts_without_segments"] += 1
-                # Still a sample of the policy on its task: it stays in its GRPO group, so
-                # dropping its segments (--drop-truncated) leaves the others' advantages alone.
-                rowless.append(
-                    (
-                        rollout.rollout_id,
-                        rollout.parent_rollout_id,
-                        rollout.task_id,
-                        _outcome(rollout),
-                        ordinal - 1,
+            with step("rows"):  # the rollout's own counts
+                own: Counter = Counter(accepted=1, dropped_truncated_segments=dropped, **excluded)
+                own["segments"] += len(segments)
+                if not segments:
+                    own["rollouts_without_segments"] += 1
+                    # Still a sample of the policy on its task: it stays in its GRPO group, so
+                    # dropping its segments (--drop-truncated) leaves the others' advantages alone.
+                    rowless.append(
+                        (
+                            rollout.rollout_id,
+                            rollout.parent_rollout_id,
+                            rollout.task_id,
+                            _outcome(rollout),
+                            ordinal - 1,
+                        )
                     )
+                own_seams = Counter(m.segment.seam_kind for m in segments)
+                for m in segments:
+                    own["tokens"] += len(m.segment.tokens)
+                    own["trainable_tokens"] += m.num_trainable_tokens
+                    own["drift_realigned"] += m.segment.drift_realigned
+                    own["calls"] += len(m.segment.spans)
+                for reasons in batch.last_fidelity:
+                    for reason in reasons:
+                        own[f"{fidelity.COUNT_PREFIX}{reason}"] += 1
+                for seen in batch.last_witnesses:  # the second witness (pipeline/witness.py)
+                    if seen.witnessed:  # counted only where some log reports usage
+                        own[witness.WITNESSED_CALLS] += seen.witnessed
+                        own[witness.GAP_TOKENS] += seen.gap_tokens or 0
+                stats.update(own)
+                seams.update(own_seams)
+                # Every accepted rollout, by ordinal: the build finds duplicate ids across tasks
+                # and takes a later copy back out (rows, counts, group vote) when it finalizes.
+                accepted.append(
+                    [rollout.rollout_id, file or task.path, line, dict(own), dict(own_seams)]
                 )
-            own_seams = Counter(m.segment.seam_kind for m in segments)
-            for m in segments:
-                own["tokens"] += len(m.segment.tokens)
-                own["trainable_tokens"] += m.num_trainable_tokens
-                own["drift_realigned"] += m.segment.drift_realigned
-                own["calls"] += len(m.segment.spans)
-            for reasons in batch.last_fidelity:
-                for reason in reasons:
-                    own[f"{fidelity.COUNT_PREFIX}{reason}"] += 1
-            for seen in batch.last_witnesses:  # the second witness (pipeline/witness.py)
-                if seen.witnessed:  # counted only where some log reports usage
-                    own[witness.WITNESSED_CALLS] += seen.witnessed
-                    own[witness.GAP_TOKENS] += seen.gap_tokens or 0
-            stats.update(own)
-            seams.update(own_seams)
-            # Every accepted rollout, by ordinal: the build finds duplicate ids across tasks
-            # and takes a later copy back out (rows, counts, group vote) when it finalizes.
-            accepted.append(
-                [rollout.rollout_id, file or task.path, line, dict(own), dict(own_seams)]
-            )
     if task_stage is not None:
-        stats.update(task_stage.close())
+        with step("stage"):
+            stats.update(task_stage.close())
     part_path.parent.mkdir(parents=True, exist_ok=True)
-    table = batch.to_table()
-    atomic_write(part_path, lambda tmp: feather.write_feather(table, tmp, compression="zstd"))
-    quarantine.write(quarantine_path)  # 0600: raw session text
+    with step("write part"):
+        table = batch.to_table()
+        atomic_write(part_path, lambda tmp: feather.write_feather(table, tmp, compression="zstd"))
+        quarantine.write(quarantine_path)  # 0600: raw session text
+        groups = group_table(table, rowless)
     if quarantine.not_written:
         stats[NOT_WRITTEN] = quarantine.not_written
     result = TaskResult(
@@ -389,11 +425,12 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
         counts=dict(stats),
         skipped=dict(skipped),
         seams=dict(seams),
-        groups=group_table(table, rowless),
+        groups=groups,
         rollouts=accepted,
         # The session's other files, read with this one (counted under it).
         session_files=list(task.paths) if task.paths else None,
         reads={f: {str(i): d for i, d in sorted(b.items())} for f, b in reads.items()},
+        timings=times.as_json(),
     )
     write_text(marker, result.to_json())
     return result

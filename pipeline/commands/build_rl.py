@@ -86,6 +86,14 @@ def add_build_arguments(p) -> None:
         help="At most this many segments per Parquet shard; shards are cut to equal sizes (default 1024).",
     )
     p.add_argument(
+        "--timings",
+        default=None,
+        metavar="FILE",
+        help="Also write the seconds of each build step (wall and CPU, summed over workers) to "
+        "FILE as JSON; the build prints them either way. Never in manifest.json (timings differ "
+        "from run to run).",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=os.cpu_count() or 1,
@@ -243,12 +251,61 @@ def config_from_args(args, kind: str):
         rewards=args.rewards,
         limits=limits_from_args(args),
         group_by=args.group_by,
+        timings=args.timings,
     )
 
 
 def run_configured_build(config, title: str, verify: str = "sample") -> int:
     """Run the build, print its summary, then the mask audit (``--verify``): exit 1 on a
-    mismatch."""
+    mismatch. Then the seconds per step (and ``--timings FILE``)."""
+    from pipeline.step_times import StepTimes
+
+    start = StepTimes.clock()
+    timings = check_timings_path(config.timings, config.out)
+    result, status = _build_and_verify(config, title, verify)
+    elapsed = StepTimes.clock()[0] - start[0]
+    print_step_times(result.worker_times, result.build_times, elapsed)
+    if timings is not None:
+        from pipeline.step_times import timings_document, write_timings
+
+        if timings.parent == Path(config.out).resolve():  # seam's file: --overwrite removes it
+            from pipeline import out_dir
+
+            out_dir.record(timings.parent, [timings.name])
+        document = timings_document(
+            result.worker_times,
+            result.build_times,
+            elapsed,
+            worker_processes=config.workers,
+            rollouts=result.counts.get("accepted", 0),
+            tokens=result.counts.get("tokens", 0),
+            up_to_date=result.up_to_date,
+        )
+        write_timings(timings, document)
+    return status
+
+
+def check_timings_path(timings: str | None, out: str) -> Path | None:
+    """``--timings FILE`` resolved: outside ``--out``, or directly in it (then recorded as
+    seam's, so ``--overwrite`` removes it); not deeper inside it."""
+    if timings is None:
+        return None
+    path = Path(timings).expanduser().resolve()
+    build = Path(out).expanduser().resolve()
+    if build in path.parents and path.parent != build:
+        raise UsageError(f"--timings {timings}: put it outside --out {out} or directly in it")
+    if path.is_dir():
+        raise UsageError(f"--timings {timings}: is a directory; name a file")
+    return path
+
+
+def print_step_times(workers, build, elapsed: float) -> None:
+    from pipeline.summary import step_times_table, table_console
+
+    table_console().print(step_times_table(workers, build, elapsed))
+
+
+def _build_and_verify(config, title: str, verify: str):
     from pipeline.build import run_build
     from pipeline.summary import print_summary
 
@@ -276,7 +333,9 @@ def run_configured_build(config, title: str, verify: str = "sample") -> int:
     )
     from pipeline.commands.verify import audit_build
 
-    return audit_build(result.out, verify, config.tokenizer, progress=config.progress)
+    with result.build_times.step("verify"):
+        status = audit_build(result.out, verify, config.tokenizer, progress=config.progress)
+    return result, status
 
 
 def _why_nothing_accepted(result) -> str:

@@ -1,0 +1,90 @@
+"""The distinct-text bound of a build: work no build of the same input can skip.
+
+A build of rollouts that logged no token ids must tokenize every text its input holds
+and write its shards. Texts repeat across rollouts (the system prompt with its tool
+schemas, the task, the same file read by every rollout of a task), and a build may
+encode a repeated text once; so the bound tokenizes each *distinct* text once —
+deduplicated by content — and writes the build's shards once:
+
+    bound = tokenize(distinct texts) + write(shards)
+
+The texts are every string a chat template renders from a rollout: each message's
+content and reasoning, each tool call's name and arguments (in events and in the new
+context of rewrites), and the rollout's tool schemas as JSON. The template's own text
+(role markers, wrappers) is left out, so the bound is at most the work the build must do.
+Reading and parsing the input, rendering, segmenting, masking and the rows are not in
+it: they are the overhead the ratio ``bound / build`` measures.
+
+Both sides get the same cores: the bound encodes on the tokenizer's Rayon pool
+(``RAYON_NUM_THREADS`` threads), in batches of ``BATCH_CHARS`` characters so that the
+``Encoding`` objects of a large input never sit in memory at once (~60 bytes per
+character), and writes the shards on that many threads, with the build's own Parquet
+settings (``pipeline.write``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import orjson
+
+BATCH_CHARS = 8 << 20  # characters per call into the tokenizer (parallel inside a call)
+
+
+def distinct_texts(src: Path) -> list[str]:
+    """The distinct texts of a canonical JSONL file, in first-seen order (not timed)."""
+    seen: dict[str, None] = {}
+    with open(src, "rb") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            rollout = orjson.loads(line)
+            if rollout.get("tools"):
+                seen.setdefault(orjson.dumps(rollout["tools"]).decode(), None)
+            for event in rollout["events"]:
+                messages = [event] if event["type"] == "message" else event["context"]
+                for m in messages:
+                    if m.get("type") != "message":
+                        continue  # a kept message: its text was seen where it was added
+                    for text in (m.get("content"), m.get("reasoning")):
+                        if text:
+                            seen.setdefault(text, None)
+                    for call in m.get("tool_calls") or ():
+                        seen.setdefault(call["name"], None)
+                        seen.setdefault(call["arguments"], None)
+    return list(seen)
+
+
+def tokenize_seconds(texts: list[str]) -> tuple[float, int]:
+    """Seconds to encode ``texts`` with the build's tokenizer (ids taken out of every
+    encoding, as the build takes them), and the number of tokens."""
+    from pipeline.render import _batches
+    from pipeline.tokenizer import load_build_tokenizer
+
+    backend = load_build_tokenizer().backend_tokenizer
+    tokens = 0
+    start = time.perf_counter()
+    for batch in _batches(texts, BATCH_CHARS):
+        tokens += sum(
+            len(e.ids) for e in backend.encode_batch_fast(batch, add_special_tokens=False)
+        )
+    return time.perf_counter() - start, tokens
+
+
+def write_seconds(out: Path, threads: int) -> float:
+    """Seconds to write the shards of the build in ``out`` again, from memory, with the
+    build's Parquet settings, on ``threads`` threads (reading them back is not timed)."""
+    import pyarrow.parquet as pq
+
+    from pipeline.write import _write_parquet
+
+    tables = [pq.read_table(p) for p in sorted(out.glob("train-*.parquet"))]
+    with tempfile.TemporaryDirectory(prefix="seam-bound-") as tmp:
+        paths = [Path(tmp) / f"shard-{i}.parquet" for i in range(len(tables))]
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            list(pool.map(_write_parquet, paths, tables))
+        return time.perf_counter() - start
