@@ -14,7 +14,7 @@ export SEAM_REALWORLD_NEW_DIR ?= $(wildcard $(CURDIR)/../shared/realworld-new)
 
 SAMPLE := data/sample
 
-.PHONY: setup build-rl-shards build-sft test test-trainers lint mutate bench fuzz report train-step clean
+.PHONY: setup build-rl-shards build-sft test test-wheel test-trainers lint mutate bench fuzz report train-step clean
 
 # The main job needs only the core install (no torch, no aiohttp, no matplotlib); tests,
 # training and benchmarks add every extra but trainers (torch==2.13.0 CPU, the gateway's
@@ -44,6 +44,11 @@ build-sft: $(CORE)
 ## The test suite (hypothesis property tests included)
 test: $(STAMP)
 	$(BIN)/pytest --durations=15
+
+## The wheel: built, installed with extras into a fresh virtualenv (cached in .ci-cache/wheel-venvs),
+## every README example run from it outside the repository; the extras' one-line refusals
+test-wheel: $(STAMP)
+	$(BIN)/pytest -q tests/packaging
 
 ## The exports through the real TRL and verl, in their own virtualenv (verl pins transformers<5.11)
 TRAINERS := .venv-trainers
