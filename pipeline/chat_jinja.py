@@ -149,6 +149,11 @@ def render_bounded(template: jinja2.Template, **variables) -> str:
         _budget.deadline = float("inf")
 
 
+# Every attribute a plain dict has (its type's and object's): ``message.role`` on a dict
+# can only be one of these or the item ``message["role"]``.
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
 class _BoundedSandbox(ImmutableSandboxedEnvironment):
     """The immutable sandbox with ``*`` and ``**`` checked before they allocate."""
 
@@ -156,6 +161,16 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def getattr(self, obj, attribute):
         _tick()
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            # What the sandbox's getattr does for such a name, without raising and catching
+            # an AttributeError first: a plain dict has no other attribute (no __dict__), so
+            # ``getattr(obj, attribute)`` fails and the item is looked up, or is undefined.
+            # Chat templates read message fields this way (``message.content``): ~40% of
+            # a piece's render time went to that exception.
+            try:
+                return obj[attribute]
+            except LookupError:
+                return self.undefined(obj=obj, name=attribute)
         return super().getattr(obj, attribute)
 
     def getitem(self, obj, argument):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jinja2
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pipeline.chat_jinja import compile_chat_template
 from pipeline.render import template_message
@@ -107,3 +108,34 @@ def test_a_template_cannot_allocate_without_bound(template):
 def test_bounded_arithmetic_still_renders():
     rendered = compile_chat_template("{{ '=' * 3 }}{{ 2 ** 10 }}{{ [1] * 2 }}").render()
     assert rendered == "===1024[1, 1]"
+
+
+_NAMES = st.sampled_from(
+    ["role", "content", "items", "keys", "get", "__class__", "__init__", "_x", "missing"]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    obj=st.one_of(
+        st.dictionaries(st.one_of(_NAMES, st.text(max_size=4)), st.integers(), max_size=5),
+        st.builds(
+            lambda d: type("D", (dict,), {"role": "class attr"})(d),
+            st.dictionaries(_NAMES, st.integers()),
+        ),
+        st.lists(st.integers(), max_size=2),
+    ),
+    name=st.one_of(_NAMES, st.text(max_size=4)),
+)
+def test_attribute_lookup_is_the_sandboxes_own(obj, name):
+    """The fast path for plain dicts (``_BoundedSandbox.getattr``) answers what Jinja's
+    sandbox answers: the item, the attribute (checked for safety), or undefined."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    ours = compile_chat_template("{{ x }}").environment.getattr(obj, name)
+    theirs = ImmutableSandboxedEnvironment().getattr(obj, name)
+    if isinstance(theirs, jinja2.Undefined):
+        assert isinstance(ours, jinja2.Undefined) and type(ours) is type(theirs)
+        assert ours._undefined_name == theirs._undefined_name
+    else:
+        assert ours == theirs
