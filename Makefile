@@ -45,7 +45,7 @@ build-sft: $(CORE)
 test: $(STAMP)
 	$(BIN)/pytest --durations=15
 
-## The wheel: built, installed with extras into a fresh virtualenv (cached in .ci-cache/wheel-venvs),
+## The wheel: built, installed with extras into a fresh virtualenv (cached in ~/.cache/seam/wheel-venvs),
 ## every README example run from it outside the repository; the extras' one-line refusals
 test-wheel: $(STAMP)
 	$(BIN)/pytest -q tests/packaging

@@ -5,9 +5,11 @@ README.md and the packages), so a stale ``build/`` folder or an untracked file i
 checkout cannot hide a file the wheel lacks. The environment is a plain ``python -m venv``
 (no system site-packages, nothing of the checkout on ``sys.path``) that pip fills from
 the wheel's own metadata: its dependencies come from the package registry the first time
-and are then kept under ``.ci-cache/`` (keyed by the wheel's requirements and the Python
-version, so a changed dependency list makes a new one); every run reinstalls the fresh
-wheel into it with ``--force-reinstall --no-deps`` (the old files are removed first).
+and are then kept in seam's cache folder, ``$SEAM_CACHE_DIR/wheel-venvs`` or
+``~/.cache/seam/wheel-venvs`` (``SEAM_WHEEL_VENV_CACHE`` overrides; keyed by the wheel's
+requirements and the Python version, so a changed dependency list makes a new one); every
+run reinstalls the fresh wheel into it with ``--force-reinstall --no-deps`` (the old files
+are removed first, and the ``seam`` script is written again for the folder it is in).
 """
 
 from __future__ import annotations
@@ -24,8 +26,12 @@ from pathlib import Path
 
 import tomllib
 
+from pipeline.tokenizer import cache_dir
+
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("SEAM_WHEEL_VENV_CACHE", ROOT / ".ci-cache" / "wheel-venvs"))
+# In seam's cache folder (not the checkout), so that a fresh clone — CI's — on the same
+# machine finds the environment made before instead of installing ~700 MB again.
+CACHE = Path(os.environ.get("SEAM_WHEEL_VENV_CACHE") or cache_dir() / "wheel-venvs")
 
 
 def packages() -> list[str]:
