@@ -22,6 +22,7 @@ import io
 from collections.abc import Iterator
 from pathlib import Path
 
+from pipeline import __version__ as __version__  # the one version (pyproject reads it)
 from pipeline.mask import MaskedSegment, MaskOptions
 from pipeline.show.model import RolloutView
 from schemas.rollout import Rollout

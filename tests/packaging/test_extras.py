@@ -74,6 +74,9 @@ def test_version_has_one_source(capsys):
         main(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out == f"seam {__version__}\n"
+    import seam
+
+    assert seam.__version__ == __version__
 
 
 @pytest.mark.parametrize(
