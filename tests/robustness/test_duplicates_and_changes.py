@@ -154,9 +154,7 @@ def test_an_input_edited_in_place_with_its_mtime_restored_fails_before_publishin
         stage=stage,
     )
     before = src.read_bytes(), src.stat().st_mtime_ns
-    with pytest.raises(
-        SeamError, match="changed while the build read it .* nothing was published"
-    ):
+    with pytest.raises(SeamError, match="changed while the build read it .* nothing was published"):
         run_configured_build(config, "seam build-rl", verify)
     if revert:  # nothing on disk shows the edit: only what the tasks read does
         assert (src.read_bytes(), src.stat().st_mtime_ns) == before
