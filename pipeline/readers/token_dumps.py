@@ -320,7 +320,8 @@ class SlimeReader(_TokenDumpReader):
             yield (
                 None,
                 {},
-                "reading .pt needs PyTorch (pip install torch), or convert the dump to JSONL",
+                "reading .pt needs PyTorch (pip install 'seam-rl[train]'), or convert the dump "
+                "to JSONL",
                 "",
             )
             return

@@ -170,3 +170,14 @@ def test_view_report_page_names_the_report_extra(monkeypatch, rl_build):
     assert (
         "seam view /report needs the report extra: pip install &#x27;seam-rl[report]&#x27;" in html
     )
+
+
+def test_a_slime_pt_dump_without_torch_is_quarantined_naming_the_train_extra(monkeypatch, tmp_path):
+    from pipeline.readers.token_dumps import SlimeReader
+
+    _without(monkeypatch, "torch")
+    dump = tmp_path / "rollout_0.pt"
+    dump.write_bytes(b"not read")
+    ((line, record, reason, raw),) = SlimeReader()._records(dump)
+    assert (line, record, raw) == (None, {}, "")
+    assert reason is not None and "pip install 'seam-rl[train]'" in reason
