@@ -61,10 +61,10 @@ $(TRAINERS)/.installed: pyproject.toml
 
 test-trainers: $(TRAINERS)/.installed
 	PYTHONPATH=$(CURDIR) $(TRAINERS)/bin/python -m pytest -p no:cacheprovider \
-		tests/report/test_with_trl.py tests/report/test_with_verl.py \
-		tests/report/test_with_verl_rl.py tests/report/test_with_verl_sft.py \
-		tests/report/test_with_verl_cpu_trainer.py \
-		tests/report/test_with_verl_gae.py
+		tests/export/test_with_trl.py tests/export/test_with_verl.py \
+		tests/export/test_with_verl_rl.py tests/export/test_with_verl_sft.py \
+		tests/export/test_with_verl_cpu_trainer.py \
+		tests/export/test_with_verl_gae.py
 
 ## Style and types: ruff lint, ruff format check, mypy (config in pyproject.toml)
 lint: $(STAMP)

@@ -19,7 +19,7 @@ Both sides get the same cores: the bound encodes on the tokenizer's Rayon pool
 (``RAYON_NUM_THREADS`` threads), in batches of ``BATCH_CHARS`` characters so that the
 ``Encoding`` objects of a large input never sit in memory at once (~60 bytes per
 character), and writes the shards on that many threads, with the build's own Parquet
-settings (``pipeline.write``).
+settings (``pipeline.build.write``).
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def distinct_texts(src: Path) -> list[str]:
 def tokenize_seconds(texts: list[str]) -> tuple[float, int]:
     """Seconds to encode ``texts`` with the build's tokenizer (ids taken out of every
     encoding, as the build takes them), and the number of tokens."""
-    from pipeline.render import _batches
-    from pipeline.tokenizer import load_build_tokenizer
+    from pipeline.core.render import _batches
+    from pipeline.core.tokenizer import load_build_tokenizer
 
     backend = load_build_tokenizer().backend_tokenizer
     tokens = 0
@@ -79,7 +79,7 @@ def write_seconds(out: Path, threads: int) -> float:
     build's Parquet settings, on ``threads`` threads (reading them back is not timed)."""
     import pyarrow.parquet as pq
 
-    from pipeline.write import _write_parquet
+    from pipeline.build.write import _write_parquet
 
     tables = [pq.read_table(p) for p in sorted(out.glob("train-*.parquet"))]
     with tempfile.TemporaryDirectory(prefix="seam-bound-") as tmp:

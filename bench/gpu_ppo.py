@@ -20,7 +20,7 @@ import tempfile
 
 import torch
 
-from pipeline.tokenizer import QWEN25_FIRST_SPECIAL_ID, QWEN25_SPECIAL_TOKENS
+from pipeline.core.tokenizer import QWEN25_FIRST_SPECIAL_ID, QWEN25_SPECIAL_TOKENS
 from trainer.batching import read_segments
 from trainer.flops import H200_BF16_DENSE_PEAK
 from trainer.models import Critic, qwen2_config

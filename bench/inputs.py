@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from pipeline.render import ChatRenderer
+from pipeline.core.render import ChatRenderer
 from schemas.replay import replay
 from schemas.rollout import MessageEvent, Rollout
 

@@ -9,7 +9,7 @@ against. It handles append-only rollouts only (it has no notion of seams).
 
 from __future__ import annotations
 
-from pipeline.render import template_message
+from pipeline.core.render import template_message
 from schemas.rollout import MessageEvent, Rollout
 
 

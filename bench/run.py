@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from bench.gateway_overhead import bench_gateway  # noqa: E402
 from bench.inputs import append_only, text_only, token_logged  # noqa: E402
 from bench.naive_baseline import naive_masks  # noqa: E402
-from pipeline.canonical_io import iter_canonical_records, write_canonical_jsonl  # noqa: E402
+from pipeline.sources.canonical_io import iter_canonical_records, write_canonical_jsonl  # noqa: E402
 
 
 def load_sample(path: Path, limit: int | None) -> list:
@@ -124,9 +124,9 @@ def stage_seconds(src: Path, out: Path) -> float:
     """Wall seconds of the build's per-task stage function on the whole file, in this
     process set up as a build worker (tokenizer already loaded): parse, validate, seams,
     masks, rows, part file."""
-    from pipeline.build import BuildConfig
-    from pipeline.inputs import Task
-    from pipeline.worker import WorkerConfig, run_task, segmenter_for, worker_process_setup
+    from pipeline.build.run import BuildConfig
+    from pipeline.build.worker import WorkerConfig, run_task, segmenter_for, worker_process_setup
+    from pipeline.sources.files import Task
 
     worker_process_setup()
     config = WorkerConfig(str(out), None, None, BuildConfig(inputs=[], out=str(out)).row_options())
@@ -194,10 +194,10 @@ def bench_text_vs_bound(held_out: list, work: Path, workers: int) -> dict:
 
 
 def bench_naive(sample, sizes: list[int], counts: dict[int, int]) -> dict:
-    from pipeline.render import ChatRenderer
-    from pipeline.rows import RowOptions, masked_segments
-    from pipeline.segment import Segmenter
-    from pipeline.tokenizer import load_build_tokenizer, load_tokenizer
+    from pipeline.core.render import ChatRenderer
+    from pipeline.core.rows import RowOptions, masked_segments
+    from pipeline.core.segment import Segmenter
+    from pipeline.core.tokenizer import load_build_tokenizer, load_tokenizer
 
     segmenter = Segmenter(ChatRenderer(load_build_tokenizer()))
     hf = load_tokenizer()
@@ -228,8 +228,8 @@ def bench_naive(sample, sizes: list[int], counts: dict[int, int]) -> dict:
 def bench_tito(sample, work: Path) -> dict:
     """Rollouts whose every call logged prompt and output ids: never rendered, never
     tokenized. Timed as the stage function on one core."""
-    from pipeline.render import ChatRenderer
-    from pipeline.tokenizer import load_build_tokenizer
+    from pipeline.core.render import ChatRenderer
+    from pipeline.core.tokenizer import load_build_tokenizer
 
     logged = token_logged(sample, ChatRenderer(load_build_tokenizer()))
     src = work / "tito.jsonl"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline import atomic
+from pipeline.common import atomic
 
 
 class AnswerCache:

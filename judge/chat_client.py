@@ -23,7 +23,7 @@ APIs), written for batch judging on ``httpx2`` (HTTP) and ``tenacity`` (retries)
 - **Secrets.** The API key is read from the environment variable the caller names and
   sent only in the ``Authorization`` header; a key written into the URL (userinfo or a
   ``?key=``-like parameter) is taken out of it and sent as a header too
-  (``pipeline/credentials.py``), so ``self.url`` and ``self.config.url``, the only URL
+  (``pipeline/common/credentials.py``), so ``self.url`` and ``self.config.url``, the only URL
   printed or written, hold none. Every text that came from the server has every one of
   these keys removed (``redact.Redactor``, all encodings) before it is stored, shown or
   raised: the raw body before parsing, the answer after, and each string of the answer
@@ -48,8 +48,8 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from judge.answer_cache import AnswerCache
 from judge.redact import Redactor
-from pipeline.credentials import split_url, with_path
-from pipeline.errors import SeamError
+from pipeline.common.credentials import split_url, with_path
+from pipeline.common.errors import SeamError
 
 
 class ChatError(SeamError):

@@ -29,8 +29,8 @@ from schemas.rollout import MessageEvent, RewriteEvent, Rollout
 POST_COMPACTION_CALLS = 3
 # Reader flags on the message a compaction rewrite inserts as its summary.
 SUMMARY_FLAGS = ("compact_summary", "condensation_summary")
-OPAQUE_FLAG = "opaque"  # an item whose text the log does not hold (pipeline/fidelity.py)
-# rollout.meta["fidelity"] reasons (pipeline/fidelity.py) that mean the history before a
+OPAQUE_FLAG = "opaque"  # an item whose text the log does not hold (pipeline/core/fidelity.py)
+# rollout.meta["fidelity"] reasons (pipeline/core/fidelity.py) that mean the history before a
 # point is not all in the rollout, so "never seen before" cannot be judged there.
 INCOMPLETE_HISTORY = ("slice_start", "lost_records", "opaque_summary")
 

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline import __version__ as __version__  # the one version (pyproject reads it)
-from pipeline.mask import MaskedSegment, MaskOptions
-from pipeline.show.model import RolloutView
+from pipeline.core.mask import MaskedSegment, MaskOptions
+from pipeline.inspect.show.model import RolloutView
 from schemas.rollout import Rollout
 
 __all__ = [
@@ -45,8 +45,8 @@ __all__ = [
 def read(path: str | Path, format: str = "auto") -> Iterator[Rollout]:
     """The valid canonical rollouts in ``path`` (a file, directory or glob of any input
     format seam reads), in order; records a build would quarantine are skipped."""
-    from pipeline.inputs import resolve_inputs
-    from pipeline.verify import iter_input_rollouts
+    from pipeline.inspect.verify import iter_input_rollouts
+    from pipeline.sources.files import resolve_inputs
 
     return iter_input_rollouts(resolve_inputs([str(path)]), format)
 
@@ -61,8 +61,8 @@ def segment(
     """Cut one rollout at its seams and mask it, exactly as ``seam build-rl`` does: each
     ``MaskedSegment`` has ``.segment`` (``tokens``, ``spans``, ``seam_kind``, ...),
     ``.loss_mask`` and ``.num_trainable_tokens``."""
-    from pipeline.rows import RowOptions, masked_segments
-    from pipeline.worker import segmenter_with
+    from pipeline.build.worker import segmenter_with
+    from pipeline.core.rows import RowOptions, masked_segments
 
     options = RowOptions(MaskOptions(mask_summaries, last_call_only), require_outcome=False)
     return masked_segments(rollout, segmenter_with(tokenizer, chat_template), options)[0]
@@ -78,7 +78,7 @@ def show(
     """The ``seam show`` view of a rollout object, or of one rollout of a build directory
     or input file (``rollout_id``, or the first matching the SQL ``where``). Jupyter
     displays it as the HTML page (``_repr_html_``)."""
-    from pipeline.show.load import load_view, view_of_rollout
+    from pipeline.inspect.show.load import load_view, view_of_rollout
 
     if isinstance(rollout, Rollout):
         return view_of_rollout(rollout, tokenizer, chat_template)
@@ -95,7 +95,7 @@ def render(
     output between ``┌─ call N · kind · trained`` and ``└─ call N``, seams as banners."""
     from rich.console import Console
 
-    from pipeline.show.terminal import print_view
+    from pipeline.inspect.show.terminal import print_view
 
     view = rollout if isinstance(rollout, RolloutView) else show(rollout, rollout_id)
     buffer = io.StringIO()
@@ -121,7 +121,7 @@ def frame(build_dir: str | Path):
 def sql(build_dir: str | Path, query: str = "SELECT * FROM segments"):
     """A DuckDB relation: ``query`` over the build's views (segments, calls, rollouts,
     quarantine, ...; see ``seam sql``). ``.pl()``, ``.df()``, ``.fetchall()`` read it."""
-    from pipeline.views import connect
+    from pipeline.inspect.duckdb_views import connect
 
     return connect(build_dir).sql(query)
 
@@ -129,6 +129,6 @@ def sql(build_dir: str | Path, query: str = "SELECT * FROM segments"):
 def verify(build_dir: str | Path, mode: str = "all", tokenizer: str | None = None):
     """``seam verify`` without printing: a ``VerifyResult`` (``.ok``, ``.mismatches``,
     ``.by_source``, ``.by_rollout``)."""
-    from pipeline.verify import verify_build
+    from pipeline.inspect.verify import verify_build
 
     return verify_build(build_dir, mode, tokenizer)

@@ -13,18 +13,21 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# The built sample directories (RL and SFT) that the export and inspect tests share.
+pytest_plugins = ["tests.sample_builds"]
+
 
 @cache
 def _tokenizer():
-    from pipeline.tokenizer import load_tokenizer
+    from pipeline.core.tokenizer import load_tokenizer
 
     return load_tokenizer()
 
 
 @cache
 def _renderer(template: str | None = None):
-    from pipeline.render import ChatRenderer
-    from pipeline.tokenizer import load_build_tokenizer
+    from pipeline.core.render import ChatRenderer
+    from pipeline.core.tokenizer import load_build_tokenizer
 
     return ChatRenderer(
         load_build_tokenizer(None, template) if template else load_build_tokenizer()

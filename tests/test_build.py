@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.build import BuildConfig, BuildError, OutputLock, run_build
-from pipeline.canonical_io import rollout_to_json, write_canonical_parquet
-from pipeline.shard_schema import SHARD_SCHEMA
+from pipeline.build.run import BuildConfig, BuildError, OutputLock, run_build
+from pipeline.core.shard_schema import SHARD_SCHEMA
+from pipeline.sources.canonical_io import rollout_to_json, write_canonical_parquet
 from tests.strategies import rollouts
 
 
@@ -34,7 +34,7 @@ SAMPLE = Path(__file__).parents[1] / "data" / "sample" / "rollouts.jsonl.zst"
 def sample_rollouts():
     """24 rollouts of the embedded sample (6 tasks, compactions, edits, logged ids,
     drift), the last one moved to a task of its own (a group of one)."""
-    from pipeline.canonical_io import iter_canonical_records
+    from pipeline.sources.canonical_io import iter_canonical_records
 
     items = []
     for _, r in iter_canonical_records(SAMPLE):
@@ -215,8 +215,8 @@ def test_workers_and_chunking_do_not_change_a_single_byte(tmp_path, sample_rollo
 
 
 def test_bad_configuration_fails_fast_with_one_line(tmp_path, sample_rollouts):
-    from pipeline.inputs import InputError
-    from pipeline.tokenizer import TokenizerError
+    from pipeline.core.tokenizer import TokenizerError
+    from pipeline.sources.files import InputError
 
     src = _clean(tmp_path, sample_rollouts[:2])
     with pytest.raises(InputError, match="does not exist"):
@@ -273,8 +273,8 @@ def test_a_compressed_file_is_split_into_ranges_fed_in_order_with_exact_line_num
 ):
     import zstandard
 
-    from pipeline.canonical_io import RangeFeeder, iter_jsonl_lines
-    from pipeline.inputs import plan_tasks
+    from pipeline.sources.canonical_io import RangeFeeder, iter_jsonl_lines
+    from pipeline.sources.files import plan_tasks
 
     plain = tmp_path / "mixed.jsonl"
     write_rollouts(plain, sample_rollouts[:12], broken={9: b'{"rollout_id": "cut", "task_id"'})
@@ -325,7 +325,7 @@ def test_a_compressed_file_is_split_into_ranges_fed_in_order_with_exact_line_num
 def test_a_canonical_parquet_file_is_split_by_row_groups_with_exact_row_numbers(
     tmp_path, sample_rollouts
 ):
-    from pipeline.inputs import plan_tasks
+    from pipeline.sources.files import plan_tasks
 
     plain = tmp_path / "mixed.jsonl"
     write_rollouts(plain, sample_rollouts[:12])

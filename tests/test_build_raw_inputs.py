@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pipeline.build import BuildConfig, BuildError, run_build
+from pipeline.build.run import BuildConfig, BuildError, run_build
 
 FIXTURES = Path(__file__).parent / "fixtures" / "raw"
 SESSION = "5b1d6c2e-0000-4000-8000-00000000c0de"

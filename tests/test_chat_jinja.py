@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.chat_jinja import compile_chat_template
-from pipeline.render import template_message
-from pipeline.tokenizer import CHAT_TEMPLATES, load_tokenizer
+from pipeline.core.chat_jinja import compile_chat_template
+from pipeline.core.render import template_message
+from pipeline.core.tokenizer import CHAT_TEMPLATES, load_tokenizer
 from schemas.replay import replay
 from tests.strategies import TOOLS, rollouts
 

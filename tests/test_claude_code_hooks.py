@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.claude_code_hooks import STATUS_MARK, capture, capture_command, install
+from pipeline.hooks.claude_code import STATUS_MARK, capture, capture_command, install
 from schemas.rollout import RewriteEvent
 from tests.readers.util import fixture
 
@@ -160,7 +160,7 @@ def _lines_until(uuid: str) -> list[str]:
 
 
 def test_the_reader_joins_captures_and_a_pruned_session_is_whole_again(tmp_path):
-    from judge.commands import iter_input_rollouts
+    from pipeline.cli.judge import iter_input_rollouts
 
     captures = tmp_path / "captures"
     for last, trigger, extra in (
@@ -286,7 +286,7 @@ class FakeAnthropic:
     reason="set SEAM_CLAUDE_CLI to a Claude Code CLI (npm install @anthropic-ai/claude-code)",
 )
 def test_the_real_claude_cli_runs_the_installed_hooks_and_the_reader_joins_them(tmp_path):
-    from judge.commands import iter_input_rollouts
+    from pipeline.cli.judge import iter_input_rollouts
 
     cli = Path(os.environ["SEAM_CLAUDE_CLI"]).absolute()  # on PATH by this name
     server = FakeAnthropic()

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import json_exact, settings_file
-from pipeline.claude_code_hooks import (
+from pipeline.cli import main
+from pipeline.hooks import json_exact, settings_file
+from pipeline.hooks.claude_code import (
     STATUS_MARK,
     capture_command,
     install,
@@ -32,7 +33,6 @@ from pipeline.claude_code_hooks import (
     seam_program,
     uninstall,
 )
-from pipeline.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SEAM = ["/opt/seam/bin/seam"]

@@ -41,7 +41,7 @@ def test_the_design_texts_are_cited_where_they_now_live():
 
 
 def test_every_seam_kind_is_explained_in_the_dataset_card_and_the_readme():
-    from pipeline.card import SEAM_KIND_MEANINGS
+    from pipeline.build.card import SEAM_KIND_MEANINGS
     from schemas.kinds import SEAM_KINDS
 
     assert tuple(SEAM_KIND_MEANINGS) == SEAM_KINDS

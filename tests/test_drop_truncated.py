@@ -14,7 +14,7 @@ import json
 
 import pyarrow.parquet as pq
 
-from pipeline.build import BuildConfig, run_build
+from pipeline.build.run import BuildConfig, run_build
 from schemas.rollout import MessageEvent
 from tests.judge.rollouts import Story
 

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline import render, worker
-from pipeline.write import plan_shards
+from pipeline.build import worker
+from pipeline.build.write import plan_shards
+from pipeline.core import render
 
 
 @given(st.lists(st.integers(0, 50), max_size=30), st.integers(1, 40))

@@ -6,10 +6,10 @@ import json
 
 import pyarrow.parquet as pq
 
-from pipeline.build import BuildConfig, run_build
-from pipeline.canonical_io import rollout_to_json
-from pipeline.fidelity import segment_fidelity
-from pipeline.segment import Segmenter
+from pipeline.build.run import BuildConfig, run_build
+from pipeline.core.fidelity import segment_fidelity
+from pipeline.core.segment import Segmenter
+from pipeline.sources.canonical_io import rollout_to_json
 from tests.test_segments_hand_checked import three_call_rollout
 
 

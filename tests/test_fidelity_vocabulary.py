@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.fidelity import EXACT, REASONS, entries
-from pipeline.verify import iter_input_records
+from pipeline.core.fidelity import EXACT, REASONS, entries
+from pipeline.inspect.verify import iter_input_records
 from tests.test_fidelity import _build, _with
 from tests.test_segments_hand_checked import three_call_rollout
 
@@ -67,7 +67,7 @@ def test_a_rollout_naming_an_unknown_reason_is_quarantined_with_the_reason(tmp_p
     [entry] = quarantine
     assert entry["reason"].startswith(
         "rollout bad: context fidelity reason(s) 'felt_wrong' not known to seam "
-        "(pipeline/fidelity.py REASONS: slice_start, "
+        "(pipeline/core/fidelity.py REASONS: slice_start, "
     )
     assert json.dumps(entry)  # one JSON line, as every quarantine entry
     assert result.counts["quarantined"] == 1

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.canonical_io import iter_canonical_records, write_canonical_jsonl
-from pipeline.render import ChatRenderer
-from pipeline.segment import Segmenter
-from pipeline.tokenizer import CHAT_TEMPLATES, load_build_tokenizer
+from pipeline.core.render import ChatRenderer
+from pipeline.core.segment import Segmenter
+from pipeline.core.tokenizer import CHAT_TEMPLATES, load_build_tokenizer
+from pipeline.sources.canonical_io import iter_canonical_records, write_canonical_jsonl
 
 SAMPLE = Path(__file__).parents[1] / "data" / "sample" / "rollouts.jsonl.zst"
 # Rendering every call in full is quadratic: the default run compares the first 16

@@ -1,4 +1,4 @@
-"""``pipeline/manifest.py``: the typed reading of ``manifest.json`` (every manifest seam has
+"""``pipeline/build/manifest.py``: the typed reading of ``manifest.json`` (every manifest seam has
 written loads; a damaged one is one line) and the one rule that resolves a build's
 tokenizer for verify, show and export."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import SeamError
-from pipeline.manifest import BuildTokenizerError, Manifest, ManifestError, build_tokenizer
-from pipeline.stage import UnknownStageError
-from pipeline.tokenizer import DEFAULT_TOKENIZER, default_tokenizer_dir, tokenizer_file_sha256
+from pipeline.build.manifest import BuildTokenizerError, Manifest, ManifestError, build_tokenizer
+from pipeline.build.stage import UnknownStageError
+from pipeline.common.errors import SeamError
+from pipeline.core.tokenizer import DEFAULT_TOKENIZER, default_tokenizer_dir, tokenizer_file_sha256
 
 # The shape of the first manifests seam wrote: no per-input "from_out", no
 # "incremental_rendering", every option of the build under "config", no "verify".
@@ -98,8 +98,8 @@ def test_registry_errors_are_seam_errors():
 def builtin() -> Manifest:
     """A manifest naming seam's built-in tokenizer, as a build records it."""
     directory = default_tokenizer_dir()
-    from pipeline.tokenizer import tokenizer_fingerprint
-    from pipeline.worker import segmenter_with
+    from pipeline.build.worker import segmenter_with
+    from pipeline.core.tokenizer import tokenizer_fingerprint
 
     recorded = tokenizer_fingerprint(segmenter_with(None, None).renderer.tokenizer)
     assert recorded["name_or_path"] == str(directory)

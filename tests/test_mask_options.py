@@ -9,10 +9,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.canonical_io import rollout_to_json
 from pipeline.cli import main
-from pipeline.mask import MaskOptions, mask_segment
-from pipeline.segment import Segmenter
+from pipeline.core.mask import MaskOptions, mask_segment
+from pipeline.core.segment import Segmenter
+from pipeline.sources.canonical_io import rollout_to_json
 from tests.test_segments_hand_checked import CALL_1, CALL_3, IM_END, SUMMARY, three_call_rollout
 
 DONE = "Done."

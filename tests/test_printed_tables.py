@@ -8,8 +8,8 @@ import shutil
 
 from rich.console import Console
 
+from pipeline.build.summary_table import SKIPPED_SHOWN, summary_table
 from pipeline.cli import main
-from pipeline.summary import SKIPPED_SHOWN, summary_table
 from tests.readers.util import fixture
 
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from pipeline.build import BuildConfig, run_build
+from pipeline.build.run import BuildConfig, run_build
 from tests.robustness.records import good_record, line
 
 

@@ -6,10 +6,10 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from pipeline.advantage import group_advantages, trainable_tokens_after
-from pipeline.mask import MaskOptions, mask_segment
-from pipeline.render import template_message
-from pipeline.segment import Segmenter
+from pipeline.core.advantage import group_advantages, trainable_tokens_after
+from pipeline.core.mask import MaskOptions, mask_segment
+from pipeline.core.render import template_message
+from pipeline.core.segment import Segmenter
 from schemas.replay import replay
 from schemas.rollout import RewriteEvent
 from tests.strategies import TOOLS, log_token_ids, oracle_output, rollouts

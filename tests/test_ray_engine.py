@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.build import BuildConfig, run_build
+from pipeline.build.run import BuildConfig, run_build
 from tests.test_build import _rows, sample_rollouts, write_rollouts  # noqa: F401  (fixture reuse)
 
 ray = pytest.importorskip("ray", reason="Ray Data is optional: pip install 'seam-rl[ray]'")

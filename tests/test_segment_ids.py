@@ -1,4 +1,4 @@
-"""The cut on plain token ids (``pipeline/seams.py``), the way SkyRL tests its merge of
+"""The cut on plain token ids (``pipeline/core/seams.py``), the way SkyRL tests its merge of
 ``prompt_token_ids`` and ``response_ids`` into one sequence with ``loss_masks``:
 hand-written ids in, exact sequences, spans and masks out. The decoder is the build's
 real tokenizer (ids below 256 are single bytes of Qwen2.5's byte-level vocabulary)."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.mask import MaskOptions, mask_segment
-from pipeline.seams import TokenCall, segment_token_calls
-from pipeline.segment import Segmenter
+from pipeline.core.mask import MaskOptions, mask_segment
+from pipeline.core.seams import TokenCall, segment_token_calls
+from pipeline.core.segment import Segmenter
 
 EOS = 151645  # <|im_end|>
 

@@ -12,7 +12,7 @@ import cProfile
 import pstats
 import tracemalloc
 
-from pipeline.rows import RowOptions, masked_segments
+from pipeline.core.rows import RowOptions, masked_segments
 from schemas.replay import CallContext, replay
 from schemas.rollout import Rollout
 
@@ -49,7 +49,7 @@ def many_calls(n: int) -> Rollout:
 
 def cost(renderer, n: int) -> tuple[int, int]:
     """(Python function calls, peak traced bytes) of cutting and masking ``many_calls(n)``."""
-    from pipeline.segment import Segmenter
+    from pipeline.core.segment import Segmenter
 
     rollout = many_calls(n)
     segmenter = Segmenter(renderer)
@@ -85,8 +85,8 @@ def test_a_calls_context_is_a_view_of_the_live_messages_not_a_copy():
 def verify_cost(tmp_path, n: int) -> int:
     """Python function calls of the sample audit (``seam verify``) of a build of
     ``many_calls(n)``; the audit must find nothing wrong."""
-    from pipeline.build import BuildConfig, run_build
-    from pipeline.verify import verify_build
+    from pipeline.build.run import BuildConfig, run_build
+    from pipeline.inspect.verify import verify_build
 
     src, out = tmp_path / f"in-{n}.jsonl", tmp_path / f"out-{n}"
     src.write_text(many_calls(n).model_dump_json() + "\n")
@@ -105,7 +105,7 @@ def test_the_sample_audit_of_ten_times_the_calls_costs_about_ten_times_the_work(
 
 
 def test_the_sample_audit_checks_contexts_spread_over_a_long_row():
-    from pipeline.verify import spread
+    from pipeline.inspect.verify import spread
 
     assert spread(5, None) == range(5) and spread(5, 8) == range(5)
     picked = spread(2000, 32)

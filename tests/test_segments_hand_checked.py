@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.mask import MaskOptions, mask_segment
-from pipeline.segment import Segmenter
+from pipeline.core.mask import MaskOptions, mask_segment
+from pipeline.core.segment import Segmenter
 from schemas.rollout import Rollout
 
 IM_START, IM_END, NEWLINE = 151644, 151645, 198

@@ -1,4 +1,4 @@
-"""The stage registry (``pipeline/stage.py``): a stage registered from outside seam — here a
+"""The stage registry (``pipeline/build/stage.py``): a stage registered from outside seam — here a
 toy one defined in this module — builds, verifies, shows and exports without any seam
 code knowing its name; readers of a build resolve its stage from ``manifest.json``."""
 
@@ -14,17 +14,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.build import BuildConfig, run_build
-from pipeline.export import export_build
-from pipeline.show.load import load_view
-from pipeline.stage import (
+from pipeline.build.run import BuildConfig, run_build
+from pipeline.build.stage import (
     PlainStage,
     UnknownStageError,
     register_stage,
     stage_class,
     stage_of_manifest,
 )
-from pipeline.verify import verify_build
+from pipeline.export import export_build
+from pipeline.inspect.show.load import load_view
+from pipeline.inspect.verify import verify_build
 from schemas.rollout import MessageEvent, Rollout
 from tests.judge.rollouts import Story
 

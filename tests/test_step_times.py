@@ -1,4 +1,4 @@
-"""Seconds per build step (``pipeline/step_times.py``): nested steps count once, tasks add
+"""Seconds per build step (``pipeline/common/step_times.py``): nested steps count once, tasks add
 up, and a build prints them and writes them with ``--timings FILE`` — never into the
 manifest, whose bytes stay a function of the inputs and options."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.canonical_io import iter_canonical_records, rollout_to_json
+from pipeline.build.worker import _SEGMENTERS
 from pipeline.cli import main
-from pipeline.step_times import ORDER, StepTimes
-from pipeline.worker import _SEGMENTERS
+from pipeline.common.step_times import ORDER, StepTimes
+from pipeline.sources.canonical_io import iter_canonical_records, rollout_to_json
 
 SAMPLE = Path(__file__).parents[1] / "data" / "sample" / "rollouts.jsonl.zst"
 WORKER_STEPS = ("read", "validate", "render", "tokenize", "segment+mask", "rows", "write part")
@@ -37,7 +37,7 @@ class _Clock:
 
 def test_a_nested_step_counts_in_itself_only(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr("pipeline.step_times.time", clock)
+    monkeypatch.setattr("pipeline.common.step_times.time", clock)
     times = StepTimes()
     with times.step("segment+mask"):
         clock.tick(2, 1)

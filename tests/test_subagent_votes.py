@@ -9,11 +9,11 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.advantage import group_advantages
-from pipeline.build import BuildConfig, run_build
-from pipeline.canonical_io import rollout_to_json
-from pipeline.worker import TaskResult
-from pipeline.write import compute_group_stats
+from pipeline.build.run import BuildConfig, run_build
+from pipeline.build.worker import TaskResult
+from pipeline.build.write import compute_group_stats
+from pipeline.core.advantage import group_advantages
+from pipeline.sources.canonical_io import rollout_to_json
 from tests.test_segments_hand_checked import three_call_rollout
 
 

@@ -7,8 +7,8 @@ import time
 import jinja2
 import pytest
 
-from pipeline import chat_jinja
-from pipeline.chat_jinja import compile_chat_template, render_bounded
+from pipeline.core import chat_jinja
+from pipeline.core.chat_jinja import compile_chat_template, render_bounded
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -62,7 +62,7 @@ def test_a_bounded_render_equals_the_plain_render_and_resets_its_clock():
 
 
 def test_the_build_quarantines_a_rollout_whose_template_stalls(monkeypatch, renderer):
-    from pipeline.render import TemplateError
+    from pipeline.core.render import TemplateError
 
     monkeypatch.setattr(chat_jinja, "MAX_RENDER_SECONDS", 0.2)
     monkeypatch.setattr(

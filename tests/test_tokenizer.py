@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pipeline.tokenizer import (
+from pipeline.core.tokenizer import (
     QWEN25_FIRST_SPECIAL_ID,
     QWEN25_SPECIAL_TOKENS,
     TokenizerError,

@@ -1,4 +1,4 @@
-"""The second witness (pipeline/witness.py): hand-checked arithmetic, a hand-made Claude
+"""The second witness (pipeline/core/witness.py): hand-checked arithmetic, a hand-made Claude
 Code session whose usage agrees with seam's context (stays exact), the same session with
 a record the model saw and seam did not (flagged, counted, verified), and the property:
 a record deleted from or injected into a session with consistent usage is always
@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import witness
-from pipeline.build import BuildConfig, BuildError, run_build
-from pipeline.canonical_io import rollout_to_json
-from pipeline.fidelity import REASONS, segment_fidelity, segment_witnesses
-from pipeline.segment import Segmenter
-from pipeline.verify import verify_build
+from pipeline.build.run import BuildConfig, BuildError, run_build
+from pipeline.core import witness
+from pipeline.core.fidelity import REASONS, segment_fidelity, segment_witnesses
+from pipeline.core.segment import Segmenter
+from pipeline.inspect.verify import verify_build
+from pipeline.sources.canonical_io import rollout_to_json
 from schemas.rollout import Rollout
 
 FIXTURE = Path(__file__).parent / "fixtures" / "raw" / "claude_code" / "witness_consistent.jsonl"

@@ -21,9 +21,9 @@ from collections import Counter
 from pathlib import Path
 
 from judge.calibration import evaluate, load_labels
-from judge.commands import iter_input_sources
 from judge.measured import BAR_FLAGS, BAR_PRECISION, BAR_SPLIT, UNMEASURED_ON_REAL
 from judge.rules import ALL_CHECKS, RULE_JUDGE
+from pipeline.cli.judge import iter_input_sources
 
 
 def measure(labels_path: str, inputs: list[str]) -> dict:

@@ -8,7 +8,7 @@ loaded), with the mutated functions and classes swapped into every module that h
 them. A mutant the tests do not kill *survives*; ``docs/mutation.md`` lists each
 survivor of the last run with the test that now kills it or why it is equivalent.
 
-    python tools/mutate.py [--only pipeline/mask.py] [--list] [--timeout 120]
+    python tools/mutate.py [--only pipeline/core/mask.py] [--list] [--timeout 120]
 
 Exit status 1 when a mutant survives that ``docs/mutation.md`` does not explain
 (keyed by file, line and mutation).
@@ -35,17 +35,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # Target module → its fast tests (hand-checked first: most mutants die there quickly).
 PROPS = "tests/test_properties.py::"
 TARGETS: dict[str, list[str]] = {
-    "pipeline/mask.py": [
+    "pipeline/core/mask.py": [
         "tests/test_segments_hand_checked.py",
         "tests/test_mask_options.py",
         PROPS + "test_decoding_the_masked_spans_gives_every_generated_output_exactly_once",
     ],
-    "pipeline/seams.py": [
+    "pipeline/core/seams.py": [
         "tests/test_segment_ids.py",
         "tests/test_segments_hand_checked.py",
         "tests/test_properties.py",
     ],
-    "pipeline/segment.py": [
+    "pipeline/core/segment.py": [
         "tests/test_segments_hand_checked.py",
         # The message-level shortcut is an optimization: without it the token-level
         # comparison gives the same segments, in quadratic time.
@@ -54,7 +54,7 @@ TARGETS: dict[str, list[str]] = {
         "tests/test_properties.py",
         "tests/test_incremental_rendering.py::test_a_template_that_renders_history_differently_is_rendered_in_full",
     ],
-    "pipeline/rows.py": [
+    "pipeline/core/rows.py": [
         "tests/test_rows.py",
         "tests/test_mask_options.py",
         "tests/test_build.py::test_trainable_tokens_after_and_loss_weights_are_consistent",
@@ -65,8 +65,8 @@ TARGETS: dict[str, list[str]] = {
         "tests/test_witness.py::test_a_record_the_model_saw_and_seam_did_not_is_flagged_counted_and_verified",
         "tests/test_fidelity_vocabulary.py::test_a_rollout_naming_an_unknown_reason_is_quarantined_with_the_reason",
     ],
-    "pipeline/witness.py": ["tests/test_witness.py"],
-    "pipeline/advantage.py": [
+    "pipeline/core/witness.py": ["tests/test_witness.py"],
+    "pipeline/core/advantage.py": [
         PROPS + "test_group_advantage_hand_computed",
         PROPS + "test_group_advantage_with_the_sample_std_hand_computed",
         PROPS + "test_epsilon_bounds_the_advantage_of_a_group_whose_rewards_barely_differ",
@@ -221,7 +221,7 @@ def _module_name(path: str) -> str:
 
 def install(mutant: Mutant) -> None:
     """Swap the mutated definitions into the loaded module, and its functions and classes
-    into every module that imported them by name (``from pipeline.mask import mask_segment``)."""
+    into every module that imported them by name (``from pipeline.core.mask import mask_segment``)."""
     module = sys.modules[_module_name(mutant.path)]
     fresh = dict(module.__dict__)
     exec(mutated_code(mutant), fresh)

@@ -1,4 +1,4 @@
-"""Measure the second witness (``pipeline/witness.py``) on real session files.
+"""Measure the second witness (``pipeline/core/witness.py``) on real session files.
 
 For every pair of consecutive calls of one segment whose log reports both calls' input
 tokens, compare the growth of the reported input with the growth of seam's rebuilt input
@@ -31,9 +31,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import witness
-from pipeline.verify import iter_input_records
-from pipeline.worker import segmenter_with
+from pipeline.build.worker import segmenter_with
+from pipeline.core import witness
+from pipeline.inspect.verify import iter_input_records
 
 # Claude Code records the model never sees (bookkeeping), and system subtypes alike.
 CLAUDE_INVISIBLE = {
@@ -278,7 +278,7 @@ def report(rows: list[PairRow], out=sys.stdout) -> None:
 def per_file(paths: list[Path], out=sys.stdout) -> None:
     """Per input file: segments, witnessed calls, the segments the witness flags (and
     their gap tokens), and every context_fidelity reason with its segment count."""
-    from pipeline.fidelity import segment_fidelity, segment_witnesses
+    from pipeline.core.fidelity import segment_fidelity, segment_witnesses
 
     segmenter = segmenter_with(None, None)
     table: dict[str, Counter] = defaultdict(Counter)

@@ -1,6 +1,6 @@
 """Shard rows → segments → steps → packed micro-batches.
 
-A shard row is one segment (``pipeline/shard_schema.py``). Here it becomes a
+A shard row is one segment (``pipeline/core/shard_schema.py``). Here it becomes a
 ``TrainingSegment`` of numpy arrays; a training step takes the segments of a few rollouts; they
 are packed into micro-batches by token budget: sequences are concatenated into one row
 whose ``position_ids`` restart at 0 for each segment, which Hugging Face models turn

@@ -74,7 +74,7 @@ def build_tiny_model(out_dir: str | Path, preset: str = "tiny", seed: int = 0) -
     """
     from transformers import Qwen2ForCausalLM
 
-    from pipeline.tokenizer import load_tokenizer
+    from pipeline.core.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer()
     config = qwen2_config(preset, len(tokenizer))

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.shard_schema import SHARD_SCHEMA
+from pipeline.core.shard_schema import SHARD_SCHEMA
 
 Shape = tuple[int, int]
 

@@ -6,7 +6,7 @@ Parquet with agent-loop token fields), ``slime`` (``Sample`` dicts, JSON lines, 
 out rows longer than it, counted (rows, trainable tokens) in ``export.json``, the README
 and the command's output, next to what each common cutoff would keep
 (``lengths.py``). Shards are converted one at a time (memory: one shard), in build order,
-and written atomically (``pipeline.atomic``: a temporary name, then renamed).
+and written atomically (``pipeline.common.atomic``: a temporary name, then renamed).
 ``export.json`` (written last) names the source build and the files, so a rerun with
 ``overwrite`` removes exactly what an earlier export wrote.
 """
@@ -23,11 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline import atomic
-from pipeline.card import card_header
-from pipeline.errors import SeamError
+from pipeline.build.card import card_header
+from pipeline.build.manifest import Manifest, build_tokenizer
+from pipeline.common import atomic
+from pipeline.common.errors import SeamError
 from pipeline.export import lengths, slime, trl, verl
-from pipeline.manifest import Manifest, build_tokenizer
 
 TARGETS = ("trl", "verl", "slime")
 MARKER = "export.json"
@@ -142,7 +142,7 @@ def _within(shard: pa.Table, max_length: int | None) -> pa.Table:
 def _slime_torch():
     """``--to slime`` writes rollout_0.pt with torch.save (slime's
     --load-debug-rollout-data reads it with torch.load): torch comes with the train extra."""
-    from pipeline import extras
+    from pipeline.common import extras
 
     extras.require("train", "export --to slime")
 

@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset
 
-from pipeline.stage import stage_of_manifest
+from pipeline.build.stage import stage_of_manifest
 
 COLUMNS = ["input_ids", "loss_mask"]
 TRUNCATIONS = ("error", "left", "right")

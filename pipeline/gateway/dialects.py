@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any
 
-from pipeline.errors import SeamError
+from pipeline.common.errors import SeamError
 
 
 class DialectError(SeamError, ValueError):

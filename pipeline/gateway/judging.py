@@ -118,7 +118,7 @@ class RuleJudge:
 
 class HttpJudge:
     def __init__(self, url: str, session: aiohttp.ClientSession, timeout_s: float):
-        from pipeline.credentials import split_url
+        from pipeline.common.credentials import split_url
 
         # A key in the judge's URL is sent as a header; the name recorded on every call
         # and correction is the URL without it.

@@ -44,8 +44,8 @@ from typing import Any
 
 import orjson
 
-from pipeline import atomic
-from pipeline.errors import SeamError
+from pipeline.common import atomic
+from pipeline.common.errors import SeamError
 
 # Matched whole (fullmatch): with match() and "$", "abc\n" passed ("$" matches before a
 # trailing newline) and named a file "abc\n.jsonl".

@@ -38,8 +38,8 @@ import orjson
 from aiohttp import web
 
 from judge.redact import Redactor
-from pipeline import http_guard
-from pipeline.credentials import split_url, with_path
+from pipeline.common import http_guard
+from pipeline.common.credentials import split_url, with_path
 from pipeline.gateway.dialects import (
     DialectError,
     anthropic_sse,
@@ -52,9 +52,9 @@ from pipeline.gateway.dialects import (
 )
 from pipeline.gateway.judging import JudgeFailed, LoopJudge
 from pipeline.gateway.recorder import Recorder, check_id
-from pipeline.limits import check_depth
 from pipeline.readers import call_delta
 from pipeline.readers.call_delta import FULL_EVERY
+from pipeline.sources.limits import check_depth
 
 DEFAULT_SUMMARY_PROMPTS = (
     r"create a detailed summary of the conversation",  # Claude Code /compact and auto-compact
@@ -73,7 +73,7 @@ class GatewayConfig:
     upstream_timeout_s: float = 600.0
     summary_prompts: tuple[str, ...] = DEFAULT_SUMMARY_PROMPTS
     api_key: str | None = None  # sent upstream as a bearer token (unless the URL holds a key)
-    # Who may call (pipeline/http_guard.py): the address it listens on (a wildcard
+    # Who may call (pipeline/common/http_guard.py): the address it listens on (a wildcard
     # address checks no Host), and more names a fleet reaches it by (--allow-host).
     listen_host: str = "127.0.0.1"
     allow_hosts: tuple[str, ...] = ()
@@ -152,7 +152,7 @@ class Gateway:
         self, config: GatewayConfig, recorder: Recorder, judge_factory=None, stats=None
     ) -> None:
         # A key in the upstream URL goes into a header; config.upstream, the URL the
-        # banner prints and gateway.json records, holds none (pipeline/credentials.py).
+        # banner prints and gateway.json records, holds none (pipeline/common/credentials.py).
         self.endpoint = split_url(config.upstream, bearer=config.api_key)
         self.config = dataclasses.replace(config, upstream=self.endpoint.url)
         self.redactor = Redactor(*self.endpoint.secrets)
@@ -189,7 +189,7 @@ class Gateway:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler) -> web.StreamResponse:
-        """Refuse what a web page could send (pipeline/http_guard.py): a Host the gateway
+        """Refuse what a web page could send (pipeline/common/http_guard.py): a Host the gateway
         is not known by (DNS rebinding), a browser Origin of another site, and a POST
         body that is not JSON (a cross-site "simple" request needs no preflight)."""
         allowed = http_guard.names(self.config.listen_host, self.config.allow_hosts)
@@ -527,8 +527,8 @@ class Gateway:
         """(the response the harness gets and the log records, the correction record)."""
         if self.judge is None:
             return response, None
-        from judge.attach import executed_output_text
         from pipeline.readers.openai_messages import ChatCompletionsReader
+        from pipeline.sft.attach import executed_output_text
 
         candidate = dict(response["choices"][0].get("message") or {})
         line = len(session.calls) + 1

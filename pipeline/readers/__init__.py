@@ -2,7 +2,7 @@
 
 Each format is one small module in this package with one job. A module defines a
 subclass of ``Reader`` and registers an instance with ``@register``. The build
-(``pipeline/build.py``) and ``seam ingest`` only talk to this interface:
+(``pipeline/build/run.py``) and ``seam ingest`` only talk to this interface:
 
 - ``sniff(path, head)`` says from the file's first bytes (and name) whether this
   reader understands it: ``--format auto`` asks every reader;

@@ -25,7 +25,6 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.canonical_io import open_text_stream
 from pipeline.readers import Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.claude_code_attachments import Rendered, Unrendered, render
 from pipeline.readers.claude_code_captures import join_captures
@@ -44,6 +43,7 @@ from pipeline.readers.common import (
     reason_of,
     top_level_fields,
 )
+from pipeline.sources.canonical_io import open_text_stream
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 SESSION_SCAN_BYTES = 1 << 24  # how far planning looks for a file's sessionId

@@ -1,4 +1,4 @@
-"""Join ``seam hooks`` captures (``pipeline/claude_code_hooks.py``) to Claude Code sessions.
+"""Join ``seam hooks`` captures (``pipeline/hooks/claude_code.py``) to Claude Code sessions.
 
 A capture folder holds, per hook call, a transcript snapshot (``<stamp>-<event>.jsonl``,
 a session file like any other: the planner groups it with the session's other files by

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.fidelity import REDACTED_KEY
+from pipeline.core.fidelity import REDACTED_KEY
 from pipeline.readers import Accepted, ReadItem, Rejected, Skipped
 from pipeline.readers.builder import RolloutBuilder, as_msg, msg
 from pipeline.readers.claude_code_placement import (
@@ -70,7 +70,7 @@ class Thread:
     calls: dict[str, Entry] = field(default_factory=dict)
     windows: int = 0
     meta: dict = field(default_factory=dict)
-    # Context fidelity (pipeline/fidelity.py): entries for the whole conversation, and
+    # Context fidelity (pipeline/core/fidelity.py): entries for the whole conversation, and
     # damage noted at an entry index (it affects the event that entry becomes, and later).
     fidelity: list[dict] = field(default_factory=list)
     notes: dict[int, list[tuple[str, str]]] = field(default_factory=dict)

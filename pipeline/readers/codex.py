@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from pipeline.fidelity import REDACTED_KEY
+from pipeline.core.fidelity import REDACTED_KEY
 from pipeline.readers import Accepted, Reader, ReadItem, Rejected, Skipped, register
 from pipeline.readers.builder import Msg, RolloutBuilder, as_msg, msg
 from pipeline.readers.codex_sessions import (

@@ -14,10 +14,10 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from pipeline import limits
-from pipeline.canonical_io import UNREADABLE, iter_jsonl_lines, open_text_stream, strip_bom
-from pipeline.canonical_io import first_json_object as _first_json_object
-from pipeline.canonical_io import read_head as read_head
+from pipeline.sources import limits
+from pipeline.sources.canonical_io import UNREADABLE, iter_jsonl_lines, open_text_stream, strip_bom
+from pipeline.sources.canonical_io import first_json_object as _first_json_object
+from pipeline.sources.canonical_io import read_head as read_head
 
 
 def load_json(path: Path) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.errors import InputError
+from pipeline.common.errors import InputError
 from pipeline.readers import REGISTRY
 from pipeline.readers.common import read_head
 

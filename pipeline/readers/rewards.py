@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.canonical_io import open_text_stream
-from pipeline.errors import SeamError
+from pipeline.common.errors import SeamError
+from pipeline.sources.canonical_io import open_text_stream
 from schemas.rollout import Rollout
 
 ID_FIELDS = ("rollout_id", "session_id", "id")

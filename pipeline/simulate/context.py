@@ -1,7 +1,7 @@
 """The live context of a rollout being generated: exact token counts and engine logs.
 
 Every message is rendered with the chat template and tokenized **once**, as its piece
-(see ``pipeline/render.py``); the input of the next call is the concatenation of the
+(see ``pipeline/core/render.py``); the input of the next call is the concatenation of the
 live pieces plus the generation prompt. That makes ``|h|`` for the CompactionRL budget
 test an exact token count at O(1) per call, and it is exactly what an inference engine
 logs as ``prompt_ids`` (a test checks it against ``ChatRenderer.engine_view``).
@@ -20,7 +20,7 @@ import re
 import numpy as np
 import orjson
 
-from pipeline.render import ChatRenderer, template_message
+from pipeline.core.render import ChatRenderer, template_message
 from schemas.rollout import MessageEvent
 
 _WORD = re.compile(r"[A-Za-z]{5,}")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from pipeline.render import ChatRenderer
+from pipeline.core.render import ChatRenderer
 
 _PROBES = (
     '<|im_start|>assistant\nLet me look.<tool_call>\n{"name": "grep", "arguments": {"pattern": "def f"}}\n</tool_call><|im_end|>\n',
@@ -38,7 +38,7 @@ def _tiktoken_encoder(renderer: ChatRenderer):
     try:
         import tiktoken
 
-        from pipeline.tokenizer import (
+        from pipeline.core.tokenizer import (
             QWEN25_FIRST_SPECIAL_ID,
             QWEN25_SPECIAL_TOKENS,
             QWEN_SPLIT_PATTERN,

@@ -3,7 +3,7 @@
 Work is cut into chunks of whole tasks. One ``Engine`` (tokenizer + template) is loaded
 in this process before the workers are forked, so they start with it; each worker returns
 a chunk's rollouts already serialized, with a few scalars for Parquet columns and the
-closing statistics. The workers are the build's (``pipeline.worker.process_pool``: they
+closing statistics. The workers are the build's (``pipeline.build.worker.process_pool``: they
 end by a sentinel and a join, never by ``multiprocessing.Pool.terminate``, which could
 wait forever on a worker stuck on its task queue's lock). ``map`` hands the chunks back in
 order, so the file is written front to back as chunks finish and its
@@ -24,8 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.atomic import atomic_write
-from pipeline.canonical_io import CANONICAL_PARQUET_SCHEMA, rollout_to_json
+from pipeline.common.atomic import atomic_write
+from pipeline.sources.canonical_io import CANONICAL_PARQUET_SCHEMA, rollout_to_json
 
 FORMATS = {
     "jsonl": ".jsonl",
@@ -83,9 +83,9 @@ def _engine():
     global _ENGINE
     if _ENGINE is None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from pipeline.render import ChatRenderer
+        from pipeline.core.render import ChatRenderer
+        from pipeline.core.tokenizer import load_tokenizer
         from pipeline.simulate.context import Engine
-        from pipeline.tokenizer import load_tokenizer
 
         _ENGINE = Engine(ChatRenderer(load_tokenizer()))
     return _ENGINE
@@ -150,7 +150,7 @@ def _results(job: Job) -> Iterator[list]:
     if job.workers <= 1:
         yield from map(simulate_chunk, work)
         return
-    from pipeline.worker import process_pool
+    from pipeline.build.worker import process_pool
 
     _engine()  # loaded once here; the forked workers start with it
     with process_pool(job.workers) as pool:

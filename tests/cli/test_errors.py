@@ -10,30 +10,30 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import main
-from pipeline.errors import SeamError, UsageError
+from pipeline.common.errors import SeamError, UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _user_facing_errors():
     from judge.chat_client import ChatError
-    from pipeline.build import BuildError
-    from pipeline.claude_code_hooks import CaptureError, SettingsError
+    from pipeline.build.out_dir import OutDirError
+    from pipeline.build.run import BuildError
+    from pipeline.core.render import TemplateError
+    from pipeline.core.tokenizer import TokenizerError
     from pipeline.export import ExportError
     from pipeline.gateway.dialects import DialectError
     from pipeline.gateway.recorder import RecorderError
-    from pipeline.inputs import InputError
-    from pipeline.json_exact import JSONError
-    from pipeline.out_dir import OutDirError
+    from pipeline.hooks.claude_code import CaptureError, SettingsError
+    from pipeline.hooks.json_exact import JSONError
+    from pipeline.hooks.settings_file import SettingsFileError
+    from pipeline.inspect.duckdb_views import BuildDirError
+    from pipeline.inspect.show.load import ShowError
+    from pipeline.inspect.verify import VerifyError
+    from pipeline.inspect.view_filter import FilterError
     from pipeline.readers.detect import FormatError
     from pipeline.readers.rewards import RewardsError
-    from pipeline.render import TemplateError
-    from pipeline.settings_file import SettingsFileError
-    from pipeline.show.load import ShowError
-    from pipeline.tokenizer import TokenizerError
-    from pipeline.verify import VerifyError
-    from pipeline.view_filter import FilterError
-    from pipeline.views import BuildDirError
+    from pipeline.sources.files import InputError
 
     return [
         BuildDirError, BuildError, CaptureError, ChatError, DialectError, ExportError,

@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import orjson
 
-from pipeline.build import BuildConfig, run_build
+from pipeline.build.run import BuildConfig, run_build
 
 
 def rewards_file(tmp_path: Path, *rollouts: str) -> str:

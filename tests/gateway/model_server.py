@@ -54,7 +54,7 @@ class ModelServer:
     def start(self) -> ModelServer:
         from transformers import AutoModelForCausalLM
 
-        from pipeline.tokenizer import load_tokenizer
+        from pipeline.core.tokenizer import load_tokenizer
 
         self.tokenizer = load_tokenizer()
         torch.manual_seed(0)

@@ -226,9 +226,9 @@ class _Judge:
 def test_the_judge_replaces_a_summary_before_the_harness_sees_it(
     tmp_path, model_server, start_gateway
 ):
-    from judge.filters import FilterOptions
-    from judge.sft import SftStage
     from pipeline.gateway.judging import HttpJudge
+    from pipeline.sft.filters import FilterOptions
+    from pipeline.sft.stage import SftStage
 
     judge = _Judge("correct")
     gw = start_gateway(model_server.url, lambda client: HttpJudge(judge.url, client, 5.0))

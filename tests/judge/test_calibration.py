@@ -147,7 +147,7 @@ def test_labels_on_any_file_of_a_multi_file_session_are_found(tmp_path):
     a label on the second file finds its boundary by session and uuid."""
     from collections import Counter
 
-    from judge.commands import iter_input_sources
+    from pipeline.cli.judge import iter_input_sources
 
     lines = FIXTURE.read_text().splitlines(keepends=True)
     cut = next(i for i, line in enumerate(lines) if '"uuid": "cb2"' in line)
@@ -171,7 +171,7 @@ def test_labels_on_any_file_of_a_multi_file_session_are_found(tmp_path):
 def test_a_boundary_in_two_snapshots_is_scored_once_on_the_labelled_file(tmp_path):
     from collections import Counter
 
-    from judge.commands import iter_input_sources
+    from pipeline.cli.judge import iter_input_sources
 
     sources = []
     for name in ("snap_1.jsonl", "snap_2.jsonl"):

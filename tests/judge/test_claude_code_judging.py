@@ -20,11 +20,11 @@ import pytest
 
 from judge.audit import audit_rollout
 from judge.facts import classify, located_paths_in, looks_failed, paths_in
-from judge.filters import FilterOptions, rollout_filter, trim_dangling_call
 from judge.history import compactions, summary_of
 from judge.rules import ALL_CHECKS, judge_rollout, missed_triggers
 from judge.summary import split_summary, summary_body
 from judge.workspace import workspace_state
+from pipeline.sft.filters import FilterOptions, rollout_filter, trim_dangling_call
 from schemas.replay import replay
 from schemas.rollout import RewriteEvent, ToolCall
 from tests.readers.util import fixture, only
@@ -166,7 +166,7 @@ def test_a_call_left_waiting_for_its_result_is_trimmed_not_a_malformed_rollout()
 def test_real_sessions_every_summary_is_audited_and_no_microcompaction_is():
     from collections import Counter
 
-    from judge.commands import iter_input_rollouts
+    from pipeline.cli.judge import iter_input_rollouts
 
     rollouts = list(iter_input_rollouts([str(REAL / "claude_code")], "auto", Counter()))
     audits = [a for r in rollouts for a in audit_rollout(r)]
@@ -194,9 +194,9 @@ def test_real_paths_under_dot_directories_are_seen():
 
 
 def test_build_sft_carries_every_summary_audit_and_keeps_the_session(tmp_path):
-    from judge.commands import _audits_from_shards
-    from judge.sft import SftStage
-    from pipeline.build import BuildConfig, run_build
+    from pipeline.build.run import BuildConfig, run_build
+    from pipeline.cli.judge import _audits_from_shards
+    from pipeline.sft.stage import SftStage
 
     result = run_build(
         BuildConfig(
@@ -262,9 +262,9 @@ def test_a_microcompaction_is_never_a_summary_even_if_it_inserts_a_message():
 
 @needs_real
 def test_real_slice_build_carries_the_audit_seam_audit_finds_in_the_raw_file(tmp_path):
-    from judge.commands import _audits_from_shards
-    from judge.sft import SftStage
-    from pipeline.build import BuildConfig, run_build
+    from pipeline.build.run import BuildConfig, run_build
+    from pipeline.cli.judge import _audits_from_shards
+    from pipeline.sft.stage import SftStage
 
     raw = REAL / "claude_code" / "entireio-cli_a6-e4c2a0fbd1_0_full.jsonl"
     result = run_build(

@@ -13,11 +13,11 @@ import json
 
 import pyarrow.parquet as pq
 
-from judge.filters import FilterOptions
 from judge.llm import judge_rollouts
-from judge.sft import SftStage, TaskStage
-from pipeline.build import BuildConfig, run_build
-from pipeline.rows import RejectedRollout
+from pipeline.build.run import BuildConfig, run_build
+from pipeline.core.rows import RejectedRollout
+from pipeline.sft.filters import FilterOptions
+from pipeline.sft.stage import SftStage, TaskStage
 from tests.judge.rollouts import Story
 from tests.judge.test_llm import KEY, VERDICT, client, completion, ok, rollout, serve  # noqa: F401 (fixture)
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pipeline import limits
 from pipeline.cli import main
+from pipeline.sources import limits
 from tests.readers.util import fixture
 
 GATEWAY_LOG = fixture("chat_completions", "gateway_log.jsonl")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from judge.attach import attach
 from judge.measured import (
     BAR_FLAGS,
     BAR_PRECISION,
@@ -25,8 +24,9 @@ from judge.measured import (
     passes_bar,
 )
 from judge.rules import ALL_CHECKS, DEFAULT_CHECKS, OPT_IN_CHECKS, RULE_JUDGE
-from tests.judge.test_attach import correction, story
+from pipeline.sft.attach import attach
 from tests.judge.test_llm_summaries import renamed_settings
+from tests.sft.test_attach import correction, story
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -202,8 +202,8 @@ def test_eval_finds_every_label_of_the_shared_part_and_the_defaults_raise_no_fla
     from collections import Counter
 
     from judge.calibration import evaluate
-    from judge.commands import iter_input_sources
     from judge.rules import DEFAULT_CHECKS, judge_rollout
+    from pipeline.cli.judge import iter_input_sources
 
     restore_labels.main([str(LABELS), str(tmp_path)])
     restored = load_labels(str(tmp_path / "labels.jsonl"))

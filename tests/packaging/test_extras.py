@@ -1,4 +1,4 @@
-"""Extras (pipeline/extras.py, pyproject.toml): a command whose optional library is not
+"""Extras (pipeline/common/extras.py, pyproject.toml): a command whose optional library is not
 installed fails before any work with one line naming the extra; the core commands never
 import an optional library; ``seam --version`` prints the one version.
 
@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from pipeline import __version__, extras
+from pipeline import __version__
 from pipeline.cli import main
+from pipeline.common import extras
 from tests.packaging.inputs import write_rollouts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,7 +161,7 @@ def test_core_commands_run_without_any_extra(monkeypatch, tmp_path, capsys, rl_b
 
 def test_view_report_page_names_the_report_extra(monkeypatch, rl_build):
     """`seam view` works without the report extra; its /report page says what to install."""
-    from pipeline.view import BuildBrowser
+    from pipeline.inspect.view_server import BuildBrowser
 
     _without(monkeypatch, "matplotlib")
     browser = BuildBrowser.__new__(BuildBrowser)  # the filter process is not needed here

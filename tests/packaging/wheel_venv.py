@@ -26,7 +26,7 @@ from pathlib import Path
 
 import tomllib
 
-from pipeline.tokenizer import cache_dir
+from pipeline.core.tokenizer import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 # In seam's cache folder (not the checkout), so that a fresh clone — CI's — on the same

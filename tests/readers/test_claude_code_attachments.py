@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.fidelity import segment_fidelity
+from pipeline.core.fidelity import segment_fidelity
+from pipeline.core.segment import Segmenter
 from pipeline.readers import REGISTRY, Accepted, Skipped
 from pipeline.readers.claude_code_placement import result_text
-from pipeline.segment import Segmenter
 from schemas.replay import replay
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude_code_cli"

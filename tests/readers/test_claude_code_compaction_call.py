@@ -13,13 +13,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from judge.filters import FilterOptions
-from judge.sft import SftStage
-from judge.synthesize import load_prompt, synthesize_summary_calls
-from pipeline.build import BuildConfig, run_build
+from pipeline.build.run import BuildConfig, run_build
+from pipeline.core.rows import RowOptions, masked_segments
+from pipeline.core.segment import Segmenter
 from pipeline.readers import REGISTRY, Accepted, Rejected, Skipped
-from pipeline.rows import RowOptions, masked_segments
-from pipeline.segment import Segmenter
+from pipeline.sft.filters import FilterOptions
+from pipeline.sft.stage import SftStage
+from pipeline.sft.synthesize import load_prompt, synthesize_summary_calls
 from schemas.replay import replay
 from schemas.rollout import Rollout
 from tests.readers.util import fixture, nonblank_lines, shape

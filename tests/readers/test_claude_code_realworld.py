@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.mask import MaskOptions, mask_segment
+from pipeline.core.mask import MaskOptions, mask_segment
+from pipeline.core.segment import Segmenter
 from pipeline.readers import REGISTRY, Accepted, Rejected
-from pipeline.segment import Segmenter
 from schemas.replay import replay
 
 REAL = Path(os.environ.get("SEAM_REALWORLD_DIR", "/nonexistent")) / "claude_code"

@@ -14,10 +14,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.build import BuildConfig, run_build
-from pipeline.inputs import plan_tasks
+from pipeline.build.run import BuildConfig, run_build
 from pipeline.readers import REGISTRY, Accepted, Rejected, Skipped
 from pipeline.readers.common import REPEAT_REASON
+from pipeline.sources.files import plan_tasks
 from tests.readers.util import fixture, read, shape
 
 READER = REGISTRY["claude-code"]
@@ -109,7 +109,7 @@ def test_the_planner_makes_one_task_of_a_sessions_files_and_the_build_one_rollou
     assert result.per_file[first]["session_files"] == [str(tmp_path / "in" / "y" / "full.jsonl")]
     assert all("slice_start" not in r["context_fidelity"] for r in rows)
     # seam verify re-reads the inputs as the build planned them: the same one rollout.
-    from pipeline.verify import verify_build
+    from pipeline.inspect.verify import verify_build
 
     assert verify_build(out).mismatches == []
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from judge.filters import FilterOptions, rollout_filter
-from pipeline.fidelity import segment_fidelity
+from pipeline.core.fidelity import segment_fidelity
+from pipeline.core.segment import Segmenter
 from pipeline.readers.builder import MISSING_RESULT
 from pipeline.readers.codex import (
     ENCRYPTED_SUMMARY,
@@ -18,7 +18,7 @@ from pipeline.readers.codex import (
     rollouts_from_records,
 )
 from pipeline.readers.common import iter_json_records
-from pipeline.segment import Segmenter
+from pipeline.sft.filters import FilterOptions, rollout_filter
 from schemas.replay import replay
 from schemas.rollout import MessageEvent
 from tests.readers.util import accounted, fixture, nonblank_lines, only, read, shape

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipeline.core.segment import Segmenter
 from pipeline.readers import REGISTRY, Accepted
 from pipeline.readers.detect import detect_format
-from pipeline.segment import Segmenter
 from schemas.replay import replay
 from tests.readers.util import FIXTURES
 

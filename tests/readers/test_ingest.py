@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from pipeline.canonical_io import iter_canonical_records
 from pipeline.cli import main
+from pipeline.sources.canonical_io import iter_canonical_records
 from tests.readers.util import FIXTURES, fixture
 
 

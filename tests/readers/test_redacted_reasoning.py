@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.fidelity import segment_fidelity
-from pipeline.rows import RowOptions, masked_segments
-from pipeline.segment import Segmenter
+from pipeline.core.fidelity import segment_fidelity
+from pipeline.core.rows import RowOptions, masked_segments
+from pipeline.core.segment import Segmenter
 from tests.readers.util import fixture, only
 
 FLAG = "redacted_reasoning"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.core.segment import Segmenter
 from pipeline.readers.common import content_text
-from pipeline.segment import Segmenter
 from schemas.replay import replay
 from tests.readers.util import fixture, only, read, shape
 

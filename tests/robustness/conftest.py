@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.inputs import plan_tasks, resolve_inputs
+from pipeline.sources.files import plan_tasks, resolve_inputs
 from tests.robustness.records import broken_line, good_record, line
 
 _SCRIPT = Path(sys.executable).with_name("seam")

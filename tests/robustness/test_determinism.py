@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from pipeline.build import BuildConfig, BuildError, run_build
-from pipeline.shard_schema import SHARD_SCHEMA_VERSION
+from pipeline.build.run import BuildConfig, BuildError, run_build
+from pipeline.core.shard_schema import SHARD_SCHEMA_VERSION
 from tests.robustness.conftest import BUILD_OPTIONS, SEAM, run_seam, snapshot
 
 

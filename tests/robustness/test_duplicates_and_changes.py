@@ -12,7 +12,7 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.build import BuildConfig, BuildError, run_build
+from pipeline.build.run import BuildConfig, BuildError, run_build
 from tests.robustness.records import good_record, line
 
 
@@ -137,8 +137,8 @@ def test_an_input_edited_in_place_with_its_mtime_restored_fails_before_publishin
     they read it and compared with the first hash before anything is published, in every
     --verify mode (it was: --verify none published shards the manifest's sha256 does not
     describe; --verify sample published, then failed)."""
-    from pipeline.commands.build_rl import run_configured_build
-    from pipeline.errors import SeamError
+    from pipeline.cli.build_rl import run_configured_build
+    from pipeline.common.errors import SeamError
 
     records = _records([1.0, 0.0, 0.0, 0.0])
     src = tmp_path / "a.jsonl"
@@ -166,7 +166,7 @@ def test_an_input_read_outside_read_hash_is_hashed_again(tmp_path):
     """A canonical Parquet input is read by Arrow, not block by block through
     ``read_hash``: edited in place (mtime put back) as the build reads it, it fails the
     build too, by its sha256 taken again before publishing."""
-    from pipeline.canonical_io import write_canonical_parquet
+    from pipeline.sources.canonical_io import write_canonical_parquet
     from schemas.rollout import Rollout
 
     src = tmp_path / "a.parquet"
@@ -187,8 +187,8 @@ def test_an_input_read_outside_read_hash_is_hashed_again(tmp_path):
 def test_a_duplicate_rollouts_preference_pairs_go_with_its_rows(tmp_path):
     """build-sft: the later copy of a corrected rollout leaves neither rows nor pairs;
     the pairs are those of a build that read it once."""
-    from judge.sft import SftStage
-    from tests.report.conftest import corrected, one_compaction
+    from pipeline.sft.stage import SftStage
+    from tests.sample_builds import corrected, one_compaction
 
     good = corrected("good")
     other = one_compaction("other").build(reward=0.0, resolved=False)

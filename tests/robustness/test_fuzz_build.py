@@ -27,8 +27,8 @@ import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.build import BuildConfig, run_build
-from pipeline.canonical_io import write_canonical_parquet
+from pipeline.build.run import BuildConfig, run_build
+from pipeline.sources.canonical_io import write_canonical_parquet
 from schemas.rollout import Rollout
 from tests.robustness.records import MUTATIONS, broken_line, fuzz_settings, good_record, line
 

@@ -25,9 +25,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.build import BuildConfig, run_build
-from pipeline.canonical_io import iter_jsonl_lines
+from pipeline.build.run import BuildConfig, run_build
 from pipeline.readers import REGISTRY, Accepted, Rejected, Skipped
+from pipeline.sources.canonical_io import iter_jsonl_lines
 from schemas.rollout import Rollout
 from tests.readers.util import FIXTURES
 from tests.robustness.records import WRONG, fuzz_settings

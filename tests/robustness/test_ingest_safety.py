@@ -7,10 +7,10 @@ import json
 import random
 from pathlib import Path
 
-from pipeline.build import OutputLock
-from pipeline.canonical_io import parse_rollout
+from pipeline.build.run import OutputLock
 from pipeline.cli import main
 from pipeline.readers import REGISTRY, Accepted, Reader
+from pipeline.sources.canonical_io import parse_rollout
 from tests.robustness.records import good_record, line
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "raw"

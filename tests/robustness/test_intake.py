@@ -1,4 +1,4 @@
-"""One way in (``pipeline/intake.py``): one bad record never costs its neighbours. A byte
+"""One way in (``pipeline/sources/intake.py``): one bad record never costs its neighbours. A byte
 order mark or a first line that does not parse leaves a file's format and its records
 as they are; a record nested too deep, over a size limit or in a file whose quarantine
 would explode is quarantined alone, with the limit named."""
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from pipeline import limits
-from pipeline.inputs import Task, detect_format
-from pipeline.intake import ACCEPTED, QUARANTINED, iter_records
-from pipeline.limits import MIB, Limits
+from pipeline.sources import limits
+from pipeline.sources.files import Task, detect_format
+from pipeline.sources.intake import ACCEPTED, QUARANTINED, iter_records
+from pipeline.sources.limits import MIB, Limits
 from tests.robustness.records import good_record, line
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "raw"

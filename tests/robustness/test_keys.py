@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from pipeline.credentials import split_url
+from pipeline.common.credentials import split_url
 from tests.robustness.conftest import SEAM, seam_env
 
 CANARIES = {

@@ -133,7 +133,7 @@ def test_a_flood_of_bad_lines_leaves_a_bounded_quarantine_with_an_exact_count(tm
 _TOKENIZE = """
 import os, resource, sys
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
-from pipeline.worker import segmenter_with
+from pipeline.build.worker import segmenter_with
 from schemas.rollout import Rollout
 count, size = int(sys.argv[1]), int(sys.argv[2])
 segmenter = segmenter_with(None, None)
@@ -216,8 +216,8 @@ def test_the_quarantine_caps_count_every_entry_they_leave_out(tmp_path):
     """Hand-checked: tasks keep their share (entries, bytes, raw text); the merge keeps
     the first entries of the build within its caps, duplicates' entries included, and
     counts the rest."""
-    from pipeline.limits import Limits
-    from pipeline.quarantine import Share, TaskQuarantine, merge_quarantine
+    from pipeline.build.quarantine import Share, TaskQuarantine, merge_quarantine
+    from pipeline.sources.limits import Limits
 
     limits = Limits(max_quarantine_entries=40, max_quarantine_raw_bytes=1 << 17)
     share = Share.of(limits, 2)

@@ -15,7 +15,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.build import BuildConfig, BuildError, OutputLock, run_build
+from pipeline.build.run import BuildConfig, BuildError, OutputLock, run_build
 from tests.robustness.conftest import build_command, run_seam, seam_env, snapshot
 
 

@@ -10,7 +10,7 @@ import random
 import polars as pl
 import pytest
 
-from pipeline.build import BuildConfig, BuildError, run_build
+from pipeline.build.run import BuildConfig, BuildError, run_build
 from tests.robustness.conftest import SEAM, run_seam
 from tests.robustness.records import good_record, line
 

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from pipeline.build import BuildConfig, run_build
+from pipeline.build.run import BuildConfig, run_build
 from tests.robustness.records import broken_line, good_record, line
 
 

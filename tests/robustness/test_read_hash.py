@@ -1,4 +1,4 @@
-"""``pipeline/read_hash.py``: the block digests taken while reading are the ones the
+"""``pipeline/sources/read_hash.py``: the block digests taken while reading are the ones the
 first pass takes, whatever the reads look like (property test), and a byte changed
 between the two is found."""
 
@@ -10,8 +10,8 @@ import io
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline import read_hash
-from pipeline.canonical_io import open_text_stream
+from pipeline.sources import read_hash
+from pipeline.sources.canonical_io import open_text_stream
 from tests.robustness.records import fuzz_settings
 
 BLOCK = 64  # small blocks, so a few hundred bytes span many

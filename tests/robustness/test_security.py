@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.build import BuildConfig, run_build
-from pipeline.render import ChatRenderer, TemplateError
-from pipeline.tokenizer import CHAT_TEMPLATES
+from pipeline.build.run import BuildConfig, run_build
+from pipeline.core.render import ChatRenderer, TemplateError
+from pipeline.core.tokenizer import CHAT_TEMPLATES
 from tests.robustness.conftest import SEAM, run_seam, snapshot
 from tests.robustness.records import good_record, line
 

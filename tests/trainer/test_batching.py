@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.shard_schema import SHARD_SCHEMA
+from pipeline.core.shard_schema import SHARD_SCHEMA
 from trainer.batching import pack, plan_steps, read_segments
 from trainer.synthetic import rollout_rows, write_synthetic_shard
 

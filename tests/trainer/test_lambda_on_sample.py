@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.build import BuildConfig, run_build
+from pipeline.build.run import BuildConfig, run_build
 from trainer.batching import TrainingSegment, read_segments
 from trainer.gae import cross_trajectory_gae, segment_lambda
 from trainer.ppo import PPOConfig

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pipeline.shard_schema import SHARD_SCHEMA  # noqa: E402
+from pipeline.core.shard_schema import SHARD_SCHEMA  # noqa: E402
 from trainer.batching import pack, read_segments  # noqa: E402
 from trainer.gae import adaptive_lambda  # noqa: E402
 from trainer.losses import clipped_surrogate, token_level  # noqa: E402

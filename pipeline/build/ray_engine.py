@@ -1,0 +1,102 @@
+"""Run build tasks on Ray Data: the same stage function, ``map_batches`` over Arrow.
+
+The task list becomes an Arrow table with one explicit schema (``TASK_SCHEMA``); each
+Ray worker is an actor (``TaskRunner``) that loads the tokenizer once and runs
+``worker.run_task`` — the very function the local executor runs — writing its part
+files under ``OUT/.parts``. Blocks carry only Arrow columns (task fields in, counts as a
+JSON string out), never pickled Python objects. The driver then finalizes exactly as
+the local executor does (group advantages, ``train-XXXXX-of-NNNNN`` shards), so Ray and
+local builds are identical row for row. On a cluster, ``--out`` must be a path every
+node can write (a shared filesystem).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict
+
+import pyarrow as pa
+
+from pipeline.build.worker import TaskResult, WorkerConfig, run_task
+from pipeline.sources.files import Task
+
+TASK_SCHEMA = pa.schema(
+    [
+        ("index", pa.int64()),
+        ("path", pa.string()),
+        ("format", pa.string()),
+        ("start", pa.int64()),
+        ("end", pa.int64()),
+        ("first_line", pa.int64()),
+        ("paths", pa.list_(pa.string())),
+    ]
+)
+RESULT_SCHEMA = pa.schema([("index", pa.int64()), ("result", pa.string())])
+
+
+class TaskRunner:
+    """A Ray Data actor: one tokenizer per worker process, loaded in ``__init__``."""
+
+    def __init__(self, config: WorkerConfig):
+        from pipeline.build.worker import segmenter_for
+
+        self.config = config
+        segmenter_for(config)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        indices, results = [], []
+        for row in batch.cast(TASK_SCHEMA).to_pylist():
+            task = Task(
+                row["index"],
+                row["path"],
+                row["format"],
+                row["start"],
+                row["end"],
+                row["first_line"],
+                tuple(row["paths"] or ()),
+            )
+            indices.append(task.index)
+            results.append(run_task(task, self.config).to_json())
+        return pa.table(
+            [pa.array(indices, pa.int64()), pa.array(results, pa.string())], schema=RESULT_SCHEMA
+        )
+
+
+def run_tasks_on_ray(
+    tasks: list[Task], config: WorkerConfig, address: str | None, workers: int
+) -> Iterator[TaskResult]:
+    import logging
+
+    import ray
+
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        else:
+            ray.init(
+                num_cpus=workers,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+    # seam prints its own progress and summary; Ray Data's per-operator log lines are noise here.
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    if not tasks:
+        return
+    # One block per task (no all-to-all repartition, which would need a CPU the actor
+    # pool already holds), each block a one-row Arrow table with the explicit schema.
+    blocks = [pa.Table.from_pylist([asdict(t)], schema=TASK_SCHEMA) for t in tasks]
+    dataset = ray.data.from_arrow(blocks)
+    actors = max(1, min(workers, len(tasks)))
+    results = dataset.map_batches(
+        TaskRunner,
+        fn_constructor_kwargs={"config": config},
+        batch_size=1,
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=actors),
+        num_cpus=1,
+    )
+    for batch in results.iter_batches(batch_format="pyarrow", batch_size=None):
+        for result in batch.column("result").to_pylist():  # a pyarrow.Table: batch_format="pyarrow"
+            yield TaskResult.from_json(result)

@@ -1,0 +1,755 @@
+"""The streaming build: inputs → tasks → part files (in parallel) → shards.
+
+Stages are plain functions (``worker.run_task`` per task, ``write.write_shards`` once),
+plus an optional ``BuildStage`` (``stage.py``); this module plans the tasks, locks and
+resumes, runs them, publishes the shards and writes the manifest and the card. Memory is bounded by one task's
+rows (a byte range of ``chunk_bytes`` of input) per worker plus one shard.
+
+Output directory lifecycle:
+- ``OUT/.lock`` is held (``flock``) for the whole build: a second build into the same
+  directory refuses at once; the lock dies with the process, even on SIGKILL.
+- ``OUT/.parts/`` holds finished tasks; a rerun with the same fingerprint skips them.
+  Worker processes die with the build, so nothing writes into ``OUT`` after a kill.
+- Shards, ``quarantine.jsonl`` and a stage's side outputs are written into
+  ``OUT/.parts/publish/`` and renamed into ``OUT`` only once the whole set is there, then
+  ``README.md`` and ``manifest.json`` (last); ``.parts`` is removed once the manifest
+  exists. A failed build never leaves a loadable set of shards (only a kill inside the
+  renames can show part of a complete set; its rerun completes it). A rerun of an
+  interrupted build rewrites whatever it had finalized from the parts, so a killed build
+  rerun gives the bytes of an uninterrupted one; a failed build removes its temporary files.
+- ``OUT/.seam-written`` records every entry the build creates, before creating it:
+  ``--overwrite`` deletes only those (``pipeline/build/out_dir.py``), and an ``--out`` holding
+  anything else, or overlapping an input, is refused before anything is deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import threading
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from pipeline import __version__
+from pipeline.build import out_dir
+from pipeline.build.manifest import Manifest, ManifestError
+from pipeline.build.quarantine import NOT_WRITTEN, Share, merge_quarantine
+from pipeline.build.stage import BuildStage, stage_class
+from pipeline.build.worker import (
+    TaskResult,
+    WorkerConfig,
+    part_paths,
+    process_pool,
+    run_task,
+    segmenter_for,
+)
+from pipeline.build.write import file_sha256, write_shards
+from pipeline.common.atomic import remove_temporaries, write_json
+from pipeline.common.errors import SeamError
+from pipeline.common.step_times import StepTimes
+from pipeline.core.shard_schema import SHARD_SCHEMA_VERSION
+from pipeline.sources import limits
+from pipeline.sources.canonical_io import RangeFeeder
+from pipeline.sources.files import Task, plan_tasks, resolve_inputs, walked_files
+from pipeline.sources.limits import Limits
+from pipeline.sources.read_hash import BLOCK, changed_blocks, file_digests, recording
+
+
+class BuildError(SeamError, ValueError):
+    """A configuration problem detected before any work: one actionable line."""
+
+
+@dataclass
+class BuildConfig:
+    """One build: what ``seam build-rl`` / ``build-sft`` options say (README, "Command line")."""
+
+    inputs: list[str]  # files, directories or globs (``pipeline/sources/files.py``)
+    out: str  # the build directory
+    kind: str = "rl"  # "rl" (an outcome per rollout required) or "sft"
+    format: str = "auto"  # a reader name, "canonical", or "auto" (detected per file)
+    tokenizer: str | None = None  # a tokenizer directory; None: the built-in Qwen2.5 one
+    chat_template: str | None = None  # a shipped template's name; None: the tokenizer's
+    use_std: bool = True  # GRPO: divide by the group's std (False: --no-std)
+    std_ddof: int = 0  # 1: the sample std (verl, TRL), 0: the population std
+    mask_summaries: bool = False  # summary outputs are not trained
+    last_call_only: bool = False  # only the last call of each segment is trained
+    drop_truncated: bool = False  # segments with a truncated output are left out (counted)
+    keep_damaged: bool = False  # damaged rollouts are built and flagged, not quarantined
+    # Segments whose context_fidelity names one of these reasons are left out, counted per
+    # reason (``--exclude-fidelity``; pipeline/core/fidelity.py REASONS).
+    exclude_fidelity: tuple[str, ...] = ()
+    rows_per_shard: int = 1024  # at most this many rows per shard (equal sizes)
+    chunk_bytes: int | None = None  # input bytes per task; None: auto_chunk_bytes(inputs)
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # worker processes
+    overwrite: bool = False  # replace a different build seam wrote in ``out``
+    progress: bool = True  # a progress bar on stderr
+    engine: str = "local"  # "local" worker processes or "ray" (Ray Data)
+    ray_address: str | None = None  # the Ray cluster for engine="ray"; None: start one
+    rewards: str | None = None  # a file of outcomes joined to rollouts (``--rewards``)
+    # Optional stage with per-rollout work, extra columns and side outputs
+    # (``pipeline/build/stage.py``; pipeline/sft/stage.py's SftStage for build-sft); None: plain RL rows.
+    stage: BuildStage | None = None
+    limits: Limits = field(default_factory=Limits)  # what one input record may cost
+    group_by: str | None = None  # chat-completions logs: the field naming a call's rollout
+    timings: str | None = None  # --timings FILE: seconds per step as JSON (not an output)
+
+    def row_options(self):
+        from pipeline.core.mask import MaskOptions
+        from pipeline.core.rows import RowOptions
+
+        return RowOptions(
+            MaskOptions(self.mask_summaries, self.last_call_only),
+            self.drop_truncated,
+            require_outcome=self.requires_outcome(),
+            keep_damaged=self.keep_damaged,
+            exclude_fidelity=frozenset(self.exclude_fidelity),
+        )
+
+    def requires_outcome(self) -> bool:
+        """Whether every rollout needs an outcome: the stage's say (``BuildStage``; the
+        stage registered as ``kind`` when the build has no stage object or the object
+        does not say)."""
+        default = stage_class(self.kind).requires_outcome
+        return bool(getattr(self.stage, "requires_outcome", default))
+
+    def fingerprint_config(self) -> dict:
+        """What determines the output bytes (not: out, workers, progress)."""
+        keep = (
+            "kind",
+            "format",
+            "use_std",
+            "mask_summaries",
+            "last_call_only",
+            "drop_truncated",
+            "rows_per_shard",
+            "chunk_bytes",
+            "chat_template",
+        )
+        fingerprint = {k: getattr(self, k) for k in keep}
+        if self.keep_damaged:  # only when set: fingerprints of earlier builds stay valid
+            fingerprint["keep_damaged"] = True
+        if self.exclude_fidelity:
+            fingerprint["exclude_fidelity"] = sorted(set(self.exclude_fidelity))
+        if self.std_ddof:  # only when set, so builds from before the option stay up to date
+            fingerprint["std_ddof"] = self.std_ddof
+        # Limits decide which records are quarantined; the defaults keep older fingerprints.
+        if self.limits != Limits():
+            fingerprint["limits"] = self.limits.as_dict()
+        if self.group_by:
+            fingerprint["group_by"] = self.group_by
+        if self.stage is not None:
+            fingerprint["stage"] = self.stage.fingerprint()
+        if self.rewards:
+            from pipeline.build.write import file_sha256
+
+            fingerprint["rewards_sha256"] = file_sha256(Path(self.rewards))
+        return fingerprint
+
+
+@dataclass
+class BuildResult:
+    out: Path
+    shards: list[str]
+    counts: Counter
+    seams: Counter
+    skipped: Counter
+    per_file: dict
+    group_of_one: int
+    manifest: dict
+    up_to_date: bool = False
+    # Seconds per step (never in the manifest): the workers' steps summed over the tasks
+    # this run ran (a resumed task's are not), and the build process's own (finalize).
+    worker_times: StepTimes = field(default_factory=StepTimes)
+    build_times: StepTimes = field(default_factory=StepTimes)
+
+
+class OutputLock:
+    def __init__(self, out: Path):
+        self.path = out / ".lock"
+        self.fh: IO[str] | None = None
+
+    def __enter__(self):
+        while True:
+            try:  # never through a symlink: a planted .lock must not create a file elsewhere
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise BuildError(
+                        f"{self.path} is a symlink, not a seam lock; remove it and rerun"
+                    ) from None
+                raise
+            fh = os.fdopen(fd, "r+")
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.close()
+                raise BuildError(
+                    f"{self.path.parent} is in use by another seam build (lock {self.path}); wait for it or pick another --out"
+                ) from None
+            # A finishing build unlinks the file before unlocking it: a lock taken on that
+            # unlinked file excludes nobody, so lock the file that is there now instead.
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fh.fileno()).st_ino:
+                    self.fh = fh
+                    return self
+            except FileNotFoundError:
+                pass
+            fh.close()
+
+    def __exit__(self, exc_type, *exc):
+        if exc_type is not None:  # e.g. disk full: leave no half-written file behind
+            _remove_temporaries(self.path.parent)
+            shutil.rmtree(self.path.parent / ".parts" / "publish", ignore_errors=True)
+        # Unlink while still holding the lock so a finished build leaves no stray file.
+        self.path.unlink(missing_ok=True)
+        if self.fh is not None:  # always: __enter__ returns only once it holds the lock
+            fcntl.flock(self.fh, fcntl.LOCK_UN)
+            self.fh.close()
+
+
+def _tokenizer_info(config: BuildConfig) -> dict:
+    from pipeline.build.worker import segmenter_with
+    from pipeline.core.render import TemplateError
+    from pipeline.core.tokenizer import tokenizer_fingerprint
+
+    try:
+        renderer = segmenter_with(config.tokenizer, config.chat_template).renderer
+    except TemplateError as exc:
+        raise BuildError(
+            f"the chat template ({config.chat_template or 'of the tokenizer'}) cannot be used: {exc}"
+        ) from None
+    info: dict[str, Any] = dict(tokenizer_fingerprint(renderer.tokenizer))
+    info["incremental_rendering"] = renderer.incremental
+    return info
+
+
+def _check_out_dir(out: Path, fingerprint: str, overwrite: bool) -> bool:
+    """True when ``out`` already holds this exact build. Raises for a directory seam must
+    not write into, before deleting anything: a different build without ``--overwrite``,
+    or one holding entries seam did not write (``--overwrite`` never deletes those)."""
+    manifest_path = out / "manifest.json"
+    if manifest_path.exists() and "manifest.json" not in out_dir.written(out):
+        # Another tool's manifest (or a build from before the record): nothing in it is
+        # trusted, whatever it lists; the directory is refused in one line.
+        _refuse_foreign(out)
+    if manifest_path.exists():
+        try:
+            manifest = Manifest.read(out)
+        except ManifestError:
+            if not overwrite:
+                raise BuildError(
+                    f"{out}/manifest.json is not a seam manifest; choose another --out (or --overwrite)"
+                ) from None
+            manifest = Manifest(shards=[])  # replaced below
+        if manifest.shard_schema_version != SHARD_SCHEMA_VERSION:
+            if not overwrite:
+                rebuild = manifest.command or f"seam build-{manifest.kind} INPUT... --out {out}"
+                raise BuildError(
+                    f"{out} was built with shard schema {manifest.shard_schema_version} (this seam writes "
+                    f"{SHARD_SCHEMA_VERSION}); rebuild it: {rebuild}"
+                    + ("" if "--overwrite" in rebuild.split() else " --overwrite")
+                )
+        elif manifest.fingerprint == fingerprint:
+            # Killed after writing its manifest, a build may have left its parts behind.
+            shutil.rmtree(out / ".parts", ignore_errors=True)
+            _remove_temporaries(out)
+            return True
+        elif not overwrite:
+            raise BuildError(
+                f"{out} already holds a different build; pass --overwrite to replace it or choose another --out"
+            )
+    _refuse_foreign(out)
+    # What is left is seam's: a build to replace (--overwrite), an interrupted build whose
+    # finished parts resume (if the fingerprint still matches) and whatever it had
+    # finalized is rewritten from them, or the leftovers of a killed --overwrite.
+    interrupted = (out / ".parts" / "fingerprint").exists() and not manifest_path.exists()
+    out_dir.clear_written(out, keep=(".lock", ".parts") if interrupted else (".lock",))
+    return False
+
+
+def _refuse_foreign(out: Path) -> None:
+    try:
+        out_dir.refuse_foreign(out)
+    except out_dir.OutDirError as exc:
+        raise BuildError(str(exc)) from None
+
+
+def _remove_temporaries(out: Path) -> None:
+    remove_temporaries(out)
+    if (out / ".parts").is_dir():
+        remove_temporaries(out / ".parts")
+
+
+def auto_chunk_bytes(files: list[Path]) -> int:
+    """Task size for JSONL byte ranges: about 64 tasks per build so workers stay evenly
+    busy to the end, between 256 KiB (per-task overhead) and 4 MiB (memory per worker).
+    A function of the inputs only, so the output does not depend on --workers."""
+    total = sum(f.stat().st_size for f in files)
+    return int(min(4 << 20, max(256 << 10, total // 64)))
+
+
+def run_build(config: BuildConfig, command: str = "") -> BuildResult:
+    start = StepTimes.clock()
+    if config.engine == "local":
+        # Workers own the cores: every process of a local build encodes on one thread.
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    check_exclude_fidelity(config.exclude_fidelity)
+    limits.use(config.limits)  # detection and the range feeder read under them too
+    files = resolve_inputs(config.inputs)
+    check_out_path(Path(config.out), files, config.inputs)
+    states = [_file_state(f) for f in files]  # before the first byte is hashed
+    # Hashing reads every input byte; hashlib releases the GIL, so it runs on threads
+    # while this thread loads the tokenizer (which holds the GIL) and probes the template.
+    stop = threading.Event()  # set when the build fails first: exit without reading on
+    hashing = ThreadPoolExecutor(
+        max_workers=max(1, min(len(files), os.cpu_count() or 1)), thread_name_prefix="seam-hash"
+    )
+    # The file's sha256 and its block digests (``read_hash``): what the tasks read is
+    # checked against them before anything is published.
+    digests = [hashing.submit(file_digests, f, stop) for f in files]
+    hashing.shutdown(wait=False)
+    try:
+        return _run_build(config, command, files, digests, states, start)
+    finally:
+        stop.set()
+
+
+def check_exclude_fidelity(reasons) -> None:
+    """Refuse an ``--exclude-fidelity`` reason seam never gives a segment."""
+    from pipeline.core.fidelity import REASONS
+
+    unknown = [r for r in reasons if r not in REASONS]
+    if unknown:
+        raise BuildError(
+            f"--exclude-fidelity: unknown reason(s) {', '.join(map(repr, unknown))}; "
+            f"choose from {', '.join(REASONS)}"
+        )
+
+
+def check_out_path(out: Path, files: list[Path], specs: list[str]) -> None:
+    """Refuse, before any work, an ``--out`` that is not a directory or overlaps an input."""
+    if out.exists() and not out.is_dir():
+        raise BuildError(f"--out {out} is a file, not a directory; choose a directory")
+    try:
+        out_dir.check_no_overlap(out, files, [Path(s) for s in specs if Path(s).is_dir()])
+    except out_dir.OutDirError as exc:
+        raise BuildError(str(exc)) from None
+
+
+def make_out_dir(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BuildError(f"cannot create --out {out}: {exc.strerror or exc}") from None
+
+
+def _file_state(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _check_inputs_unchanged(files: list[Path], states: list[tuple[int, int, int]]) -> None:
+    """The manifest's hashes must describe the bytes the tasks read: an input appended to,
+    rewritten or replaced since the build hashed it fails the build."""
+    for f, state in zip(files, states):
+        try:
+            now = _file_state(f)
+        except FileNotFoundError:
+            now = None
+        if now != state:
+            raise BuildError(
+                f"input {f} changed while the build read it (its hash no longer describes "
+                "what was read); rerun once it is complete"
+            )
+
+
+def _refuse_without_outcomes(tasks: list[Task]) -> None:
+    """An RL build needs an outcome per rollout. When every input is in a format whose
+    logs never record one (``Reader.records_outcomes``) and no --rewards is given, every
+    rollout would be quarantined: say so before reading anything (it used to take a full
+    read of the inputs to find out)."""
+    from pipeline.readers import REGISTRY
+
+    formats = {t.format for t in tasks}
+    readers = [REGISTRY.get(f) for f in formats]
+    if not tasks or any(r is None or r.records_outcomes for r in readers):
+        return
+    names = ", ".join(sorted(formats))
+    raise BuildError(
+        f"{names} logs record no outcome, so an RL build needs --rewards FILE (CSV or JSONL: "
+        "rollout_id or session_id, reward; docs/readers.md) — or build SFT data with seam build-sft"
+    )
+
+
+def _check_reads(
+    files: list[Path], digests: list[tuple[str, list[str]]], results: list[TaskResult], fed: dict
+) -> None:
+    """Every input block the tasks (and the feeder) read is the block the build hashed
+    first, and an input whose blocks were not all read through ``read_hash`` still has
+    its first hash: else the input changed while the build read it, and the build fails
+    before it publishes (``pipeline/sources/read_hash.py``)."""
+    read: dict[str, dict[int, set[str]]] = {}
+    for log in [fed, *(r.reads or {} for r in results)]:
+        for name, blocks in log.items():
+            into = read.setdefault(os.path.realpath(name), {})
+            for i, digest in blocks.items():
+                into.setdefault(int(i), set()).add(digest)
+    for f, (whole, hashed) in zip(files, digests):
+        blocks = read.get(os.path.realpath(f), {})
+        changed = changed_blocks(blocks, hashed)
+        where = f"bytes {changed[0] * BLOCK:,}+" if changed else ""
+        if not changed and len(blocks) < len(hashed):
+            # Not every block came through read_hash (Parquet read by Arrow, a reader's
+            # own open, a read that stopped early): the file is hashed again.
+            changed = [0] if file_sha256(f) != whole else []
+            where = "its sha256"
+        if changed:
+            raise BuildError(
+                f"input {f} changed while the build read it ({where} differ from what the "
+                "build hashed first); nothing was published: rerun once it is complete"
+            )
+
+
+def _run_build(
+    config: BuildConfig,
+    command: str,
+    files: list[Path],
+    digests: list,
+    states: list,
+    start: tuple[float, float],
+) -> BuildResult:
+    from pipeline.build.progress import task_progress
+
+    chunk_bytes = config.chunk_bytes
+    if chunk_bytes is None:
+        chunk_bytes = auto_chunk_bytes(files)
+        config = dataclasses.replace(config, chunk_bytes=chunk_bytes)
+    tok_info = _tokenizer_info(config)
+    if config.rewards:
+        from pipeline.readers.rewards import RewardsError, load_rewards
+
+        try:
+            load_rewards(Path(config.rewards))  # fail fast, before any work
+        except RewardsError as exc:
+            raise BuildError(str(exc)) from None
+    tasks = plan_tasks(files, config.format, chunk_bytes, walked_files(config.inputs))
+    if config.requires_outcome() and not config.rewards:
+        _refuse_without_outcomes(tasks)
+    # "from_out": the input relative to the output directory, so verify and show find
+    # it from anywhere while the two keep their places (``path`` is as given, relative to
+    # the directory the build ran in).
+    out_at = Path(config.out).resolve()
+    inputs = [
+        {
+            "path": str(f),
+            "from_out": os.path.relpath(Path(f).resolve(), out_at),
+            "sha256": d.result()[0],
+            "bytes": f.stat().st_size,
+        }
+        for f, d in zip(files, digests)
+    ]
+    fp_source = json.dumps(
+        {
+            "config": config.fingerprint_config(),
+            "tokenizer": tok_info,
+            "inputs": [i["sha256"] for i in inputs],
+            "version": __version__,
+        },
+        sort_keys=True,
+    )
+    fingerprint = hashlib.sha256(fp_source.encode()).hexdigest()
+    out = Path(config.out)
+    make_out_dir(out)
+    with OutputLock(out):
+        if _check_out_dir(out, fingerprint, config.overwrite):
+            manifest = Manifest.read(out)
+            return BuildResult(
+                out,
+                manifest.shards,
+                Counter(manifest.counts),
+                Counter(manifest.seams),
+                Counter(manifest.skipped),
+                manifest.per_file,
+                manifest.groups_of_one,
+                manifest.as_dict(),
+                up_to_date=True,
+            )
+        parts = out / ".parts"
+        stamp = parts / "fingerprint"
+        if parts.exists() and (not stamp.exists() or stamp.read_text() != fingerprint):
+            shutil.rmtree(parts)
+        parts.mkdir(exist_ok=True)
+        stamp.write_text(fingerprint)
+        _remove_temporaries(out)
+        # A task is done when all three of its files are there (a kill while .parts was
+        # being removed can leave a marker without its part).
+        finished = {
+            t.index: _finished(part_paths(config.out, t.index)[2])
+            for t in tasks
+            if all(p.exists() for p in part_paths(config.out, t.index))
+        }
+        done = {i: r for i, r in finished.items() if r is not None}
+        resumed = len(done)
+        worker_times, build_times = StepTimes(), StepTimes()
+        # From the start: inputs resolved and hashed, tokenizer loaded, tasks planned.
+        build_times.add_since("plan", start)
+        todo = [t for t in tasks if t.index not in done]
+        wconf = WorkerConfig(
+            config.out,
+            config.tokenizer,
+            config.chat_template,
+            config.row_options(),
+            config.rewards,
+            config.stage,
+            config.limits,
+            {"group_by": config.group_by} if config.group_by else {},
+            # The quarantine is bounded for the whole build, shared by its tasks.
+            Share.of(config.limits, len(tasks)),
+        )
+        tasks_start = StepTimes.clock()
+        with (
+            recording() as fed,  # the compressed ranges this process reads for the workers
+            _task_runner(todo, wconf, config) as results_in_order,
+            task_progress(config.progress, len(tasks), resumed) as advance,
+        ):
+            for result in results_in_order:
+                done[result.task] = result
+                worker_times.merge(result.timings)
+                advance(result)
+        # The build process's wait for the workers (elapsed; their work: worker_times).
+        build_times.add_since("tasks", tasks_start)
+        results = [done[t.index] for t in tasks]
+        with build_times.step("check reads"):
+            _check_inputs_unchanged(files, states)
+            _check_reads(files, [d.result() for d in digests], results, fed)
+        result = _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, command)
+        result.worker_times = worker_times
+        result.build_times = build_times.merge(result.build_times)
+        return result
+
+
+@contextmanager
+def _task_runner(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
+    """Start the tasks and yield an iterator over their results in task order.
+
+    Local workers are forked from this process once it has loaded the tokenizer and
+    probed the template (``segmenter_for``), so they start with nothing to load. The
+    fork happens here, before the progress bar starts its thread. Each worker encodes
+    on one thread: the workers own the cores.
+    """
+    if config.engine == "ray":
+        from pipeline.build.ray_engine import run_tasks_on_ray
+
+        yield run_tasks_on_ray(tasks, wconf, config.ray_address, config.workers)
+        return
+    segmenter_for(wconf)
+    feeder = RangeFeeder()
+    workers = min(config.workers, len(tasks))
+    try:
+        if workers <= 1:
+            yield (run_task(t, wconf, feeder.data_for(t.path, t.start, t.end)) for t in tasks)
+            return
+        with process_pool(workers) as pool:
+            yield _in_order(pool, tasks, wconf, feeder, window=4 * workers)
+    finally:
+        feeder.close()
+
+
+def _in_order(pool, tasks: list[Task], wconf: WorkerConfig, feeder: RangeFeeder, window: int):
+    """Results in task order, with at most ``window`` tasks submitted ahead: a fed task
+    carries its bytes, so submitting them all at once would hold the input in memory."""
+    pending: deque = deque()
+    upcoming = iter(tasks)
+
+    def submit_next() -> None:
+        task = next(upcoming, None)
+        if task is not None:
+            pending.append(
+                pool.submit(run_task, task, wconf, feeder.data_for(task.path, task.start, task.end))
+            )
+
+    for _ in range(window):
+        submit_next()
+    while pending:
+        result = pending.popleft().result()
+        submit_next()
+        yield result
+
+
+def _finished(marker: Path) -> TaskResult | None:
+    """A finished task's result from its marker; None for a marker an older seam wrote
+    (without the rollout list duplicates are found by): that task runs again."""
+    try:
+        return TaskResult.from_json(marker.read_text())
+    except TypeError:
+        return None
+
+
+def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, command) -> BuildResult:
+    times = StepTimes()
+    with times.step("duplicates"):
+        counts, seams, skipped, per_file, excluded, duplicate_entries = _add_up(results)
+    indices = [t.index for t in tasks]
+    extra_fields = config.stage.extra_fields if config.stage is not None else []
+    # Everything a loader would read is written into a hidden staging directory and
+    # renamed into place only once the whole set is complete (``_publish``).
+    staging = out / ".parts" / "publish"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    with times.step("advantages+shards"):
+        shard_hashes, group_of_one = write_shards(
+            config.out,
+            results,
+            config.rows_per_shard,
+            config.use_std,
+            extra_fields,
+            config.workers,
+            config.std_ddof,
+            dest=staging,
+            excluded=excluded,
+        )
+    shards = list(shard_hashes)
+    with times.step("quarantine"):
+        written, not_written = merge_quarantine(
+            [part_paths(config.out, i)[1] for i in indices],
+            staging / "quarantine.jsonl",
+            config.limits,
+            extra=duplicate_entries,
+        )
+    if not_written:
+        counts[NOT_WRITTEN] += not_written
+    # A stage may quarantine records that are not rollouts (the SFT stage's judge
+    # corrections), counted apart under its ``quarantine_counts``; entries past the
+    # quarantine's caps are counted, not written.
+    others = tuple(getattr(config.stage, "quarantine_counts", ()))
+    entries = counts["quarantined"] + sum(counts[k] for k in others)
+    if written + counts[NOT_WRITTEN] != entries:
+        raise RuntimeError(
+            f"quarantine.jsonl holds {written} entries ({counts[NOT_WRITTEN]} more counted, "
+            f"not written) but the tasks counted {counts['quarantined']} rollouts and "
+            f"{entries - counts['quarantined']} other records ({', '.join(others) or 'none'}): "
+            "a record would be lost; this is a bug in seam"
+        )
+    if config.stage is not None:
+        with times.step("stage"):
+            counts.update(
+                config.stage.finalize(config.out, indices, dest=staging, excluded=excluded)
+            )
+    for k in ("read", "accepted", "quarantined"):
+        counts.setdefault(k, 0)
+    manifest = {
+        "seam_version": __version__,
+        "shard_schema_version": SHARD_SCHEMA_VERSION,
+        "kind": config.kind,
+        "command": command,
+        "config": config.fingerprint_config(),
+        "fingerprint": fingerprint,
+        "tokenizer": tok_info,
+        "inputs": inputs,
+        "shards": shards,
+        "shard_sha256": shard_hashes,
+        "counts": dict(sorted(counts.items())),
+        "seams": dict(sorted(seams.items())),
+        "skipped": dict(sorted(skipped.items())),
+        "per_file": per_file,
+        "groups_of_one": group_of_one,
+        "created_unix": None,  # no timestamps: same input and config give the same bytes
+    }
+    from pipeline.build.card import write_card
+
+    with times.step("card+manifest"):
+        _publish(staging, out)
+        out_dir.record(out, ["README.md", "manifest.json"])
+        write_card(out, manifest, extra_fields)
+        write_json(out / "manifest.json", manifest)
+        shutil.rmtree(out / ".parts", ignore_errors=True)
+    result = BuildResult(out, shards, counts, seams, skipped, per_file, group_of_one, manifest)
+    result.build_times = times
+    return result
+
+
+def _add_up(results: list[TaskResult]):
+    """The tasks' counts added up, then duplicates taken back out (``_duplicates``):
+    counts, seams, skipped, per-file counts, the ordinals left out per task and their
+    quarantine entries."""
+    counts: Counter[str] = Counter()
+    seams: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
+    per_file: dict[str, Any] = {}
+    for r in results:
+        counts.update(r.counts)
+        seams.update(r.seams)
+        skipped.update(r.skipped)
+        f = per_file.setdefault(
+            r.file,
+            {"format": r.format, "read": 0, "accepted": 0, "quarantined": 0, "skipped": 0},
+        )
+        for k in ("read", "accepted", "quarantined"):
+            f[k] += r.counts.get(k, 0)
+        f["skipped"] += sum(r.skipped.values())
+        if r.session_files:  # one session's files, read together: counted here
+            f["session_files"] = r.session_files
+    excluded, duplicate_entries = _duplicates(results, counts, seams, per_file)
+    return counts, seams, skipped, per_file, excluded, duplicate_entries
+
+
+def _duplicates(
+    results: list[TaskResult], counts: Counter, seams: Counter, per_file: dict
+) -> tuple[dict[int, set[int]], list[bytes]]:
+    """Rollouts whose id was accepted before (in input order): the first is kept, every
+    later copy is quarantined (it would join its GRPO group twice and skew the group's
+    advantages) and taken back out of the counts. Returns the ordinals to leave out of
+    the shards, per task, and their quarantine entries."""
+    zero_before = {id(c): {k for k, v in c.items() if v == 0} for c in (counts, seams)}
+    first: dict[str, str] = {}
+    excluded: dict[int, set[int]] = {}
+    entries: list[bytes] = []
+    for r in results:
+        for ordinal, (rid, file, line, own, own_seams) in enumerate(r.rollouts):
+            here = f"{file}:{line}" if line is not None else file
+            if rid not in first:
+                first[rid] = here
+                continue
+            excluded.setdefault(r.task, set()).add(ordinal)
+            counts.subtract(own)
+            counts["quarantined"] += 1
+            seams.subtract(own_seams)
+            per_file[r.file]["accepted"] -= 1
+            per_file[r.file]["quarantined"] += 1
+            reason = (
+                f"duplicate rollout_id {rid!r}: first at {first[rid]}, again at {here} "
+                "(the first is kept)"
+            )
+            entry = {"file": file, "line": line, "format": r.format, "reason": reason}
+            entries.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
+    for counter in (counts, seams):  # what only the copies had is gone, as if never read
+        for key in [k for k, v in counter.items() if v == 0 and k not in zero_before[id(counter)]]:
+            del counter[key]
+    return excluded, entries
+
+
+def _publish(staging: Path, out: Path) -> None:
+    """Rename every entry of ``staging`` into ``out`` (recorded as seam's first). If a
+    rename fails, the ones done are taken back: a failed build shows no partial set."""
+    names = sorted(p.name for p in staging.iterdir())
+    out_dir.record(out, names)
+    moved: list[str] = []
+    try:
+        for name in names:
+            os.replace(staging / name, out / name)
+            moved.append(name)
+    except BaseException:
+        for name in moved:
+            target = out / name
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+        raise
+    staging.rmdir()

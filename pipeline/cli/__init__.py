@@ -1,0 +1,126 @@
+"""``seam``: the command line. Each subcommand lives in its own module under
+``pipeline/cli/`` (or its package) and exposes ``register(subparsers)``, which
+adds a parser whose ``func`` default runs the command and returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import select
+import signal
+import sys
+
+from pipeline import __version__
+from pipeline.common import extras
+from pipeline.common.errors import SeamError
+
+COMMAND_MODULES = [
+    "pipeline.cli.schema",
+    "pipeline.cli.build_rl",
+    "pipeline.cli.ingest",
+    "pipeline.cli.stats",
+    "pipeline.cli.train",
+    "pipeline.cli.judge",
+    "pipeline.cli.sql",
+    "pipeline.cli.report",
+    "pipeline.cli.export",
+    "pipeline.cli.simulate",
+    "pipeline.cli.gateway",
+    "pipeline.cli.verify",
+    "pipeline.cli.show",
+    "pipeline.cli.view",
+    "pipeline.cli.hooks",
+]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread like SIGINT's KeyboardInterrupt, so
+    the same cleanup runs (temporary files removed, the lock released and unlinked)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum, frame):
+    raise Terminated(signum)
+
+
+def handle_termination() -> None:
+    """Treat SIGTERM and SIGHUP like SIGINT (worker processes restore the defaults)."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _terminate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="seam",
+        description="Turn raw agent rollouts with compactions into training shards: "
+        "find seams, cut segments, tokenize once, mask, attach advantages or corrections, write Parquet.",
+    )
+    parser.add_argument("--version", action="version", version=f"seam {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    handle_termination()
+    try:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader that left shows up here, not at exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_reader_left():
+            raise  # another pipe broke: its traceback names it
+        return _quiet_exit_after_sigpipe()
+    except extras.MissingExtra as exc:  # a SeamError whose message is the whole line
+        print(exc, file=sys.stderr)
+        return exc.exit_code
+    except SeamError as exc:  # every error written for the user, caught here only
+        print(f"seam {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except ModuleNotFoundError as exc:
+        # An optional library imported past the command's own check: still one line.
+        extra = extras.extra_providing(exc.name)
+        if extra is None:
+            raise  # a core module is missing: a broken install, its traceback says which
+        print(extras.MissingExtra(args.command, extra), file=sys.stderr)
+        return 2
+    except Terminated as exc:
+        name = signal.Signals(exc.signum).name
+        print(f"seam {args.command}: terminated ({name})", file=sys.stderr)
+        return 128 + exc.signum
+    except KeyboardInterrupt:
+        print(f"seam {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _stdout_reader_left() -> bool:
+    """Whether fd 1 is a pipe or socket whose reader is gone (poll reports an error or a
+    hang-up on it)."""
+    poller = select.poll()
+    poller.register(1, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _quiet_exit_after_sigpipe() -> int:
+    """The reader of stdout left (``seam schema | head``): stop quietly with the status of
+    a tool killed by SIGPIPE, 128 + 13. Python ignores SIGPIPE, so the write raised
+    instead; fd 1 is pointed at /dev/null so that the interpreter's final flush of what
+    is still buffered does not raise again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    return 141
+
+
+if __name__ == "__main__":
+    sys.exit(main())

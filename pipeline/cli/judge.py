@@ -1,0 +1,524 @@
+"""``seam judge``, ``seam audit`` and ``seam build-sft``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+from pipeline.common.errors import UsageError
+from schemas.rollout import Rollout
+
+
+def iter_input_rollouts(
+    specs: list[str], fmt: str, rejected: Counter, group_by: str | None = None
+) -> Iterator[Rollout]:
+    """Valid rollouts of the inputs, in input order; invalid records are counted by reason
+    (the builds quarantine them; judging and auditing only need to say how many)."""
+    return (rollout for _path, rollout in iter_input_sources(specs, fmt, rejected, group_by))
+
+
+def iter_input_sources(
+    specs: list[str], fmt: str, rejected: Counter, group_by: str | None = None
+) -> Iterator[tuple[str, Rollout]]:
+    """``(file path, rollout)`` for every valid rollout of the inputs, in input order, read
+    by ``pipeline.sources.intake`` as the builds read them (``group_by``: as ``--group-by``; the
+    limits in force: ``pipeline.sources.limits``)."""
+    from pipeline.sources.files import plan_tasks, resolve_inputs
+    from pipeline.sources.intake import ACCEPTED, QUARANTINED, iter_records
+
+    tasks = plan_tasks(resolve_inputs(specs), fmt, split=False)
+    options = {"group_by": group_by} if group_by else {}
+    for task in tasks:
+        for record in iter_records(task, reader_options=options):
+            if record.kind == ACCEPTED and record.rollout is not None:
+                yield str(task.path), record.rollout
+            elif record.kind == QUARANTINED:
+                rejected[f"{task.path}: {(record.reason or '').split(':')[0]}"] += 1
+
+
+def _use_limits(args) -> None:
+    """The input limits of the command line, as the builds and ``seam ingest`` apply them."""
+    from pipeline.cli.build_rl import limits_from_args
+    from pipeline.sources import limits
+
+    limits.use(limits_from_args(args))
+
+
+def _open_out(path: str):
+    """The file to write, or stdout for ``-`` (left open: more output may follow)."""
+    return contextlib.nullcontext(sys.stdout) if path == "-" else open(path, "w")
+
+
+def _checks(spec: str) -> tuple[str, ...]:
+    from judge.rules import ALL_CHECKS, DEFAULT_CHECKS
+
+    if spec == "default":
+        return DEFAULT_CHECKS
+    if spec == "all":
+        return ALL_CHECKS
+    names = tuple(n.strip() for n in spec.split(",") if n.strip())
+    unknown = [n for n in names if n not in ALL_CHECKS]
+    if unknown:
+        raise UsageError(
+            f"--checks: unknown check {unknown[0]!r} (known: default, all, {', '.join(ALL_CHECKS)})"
+        )
+    return names
+
+
+def run_judge(args) -> int:
+    from rich.console import Console
+
+    from pipeline.common import extras
+
+    if args.llm:
+        extras.require("judge-llm", "judge --llm")
+    rejected: Counter = Counter()
+    console = Console(stderr=True)
+    _use_limits(args)
+    if args.eval:
+        return _run_eval(args, rejected)
+    rollouts = iter_input_rollouts(args.inputs, args.format, rejected, args.group_by)
+    checks = _checks(args.checks)
+    if args.llm:
+        findings, failures, usage = _llm_findings(args, rollouts)
+    else:
+        from judge.measured import checks_report
+        from judge.rules import RULE_JUDGE, judge_rollout
+
+        findings = [f for r in rollouts for f in judge_rollout(r, checks)]
+        failures, usage = [], None
+        console.print(
+            f"rule judge {RULE_JUDGE}; checks that ran (measured precision, docs/sft.md):"
+        )
+        for line in checks_report(checks):
+            console.print(f"  {line}", highlight=False, soft_wrap=True)
+    with _open_out(args.out) as out:
+        for f in findings:
+            out.write(f.model_dump_json() + "\n")
+    by_kind = Counter(f"{f.type}/{f.verdict}" for f in findings)
+    console.print(
+        f"{len(findings)} finding(s): "
+        + (", ".join(f"{k} {n}" for k, n in sorted(by_kind.items())) or "none")
+    )
+    for reason, n in sorted(rejected.items()):
+        console.print(f"[yellow]skipped {n} invalid record(s)[/]: {reason}")
+    if usage is not None:
+        console.print("llm usage: " + json.dumps(usage))
+    if failures:
+        errors = args.errors or (
+            args.out + ".errors.jsonl" if args.out != "-" else "judge-errors.jsonl"
+        )
+        Path(errors).write_text("".join(json.dumps(asdict(f)) + "\n" for f in failures))
+        unjudged = [f for f in failures if not f.reason.startswith("voided ")]
+        if unjudged:
+            steps = usage["answered"] + usage["failures"]
+            reason, n = Counter(f.reason for f in unjudged).most_common(1)[0]
+            console.print(
+                f"[red]{len(unjudged)} of {steps} step(s) could not be judged[/]; "
+                f"most often ({n}×): {reason}",
+                highlight=False,
+            )
+        if len(failures) > len(unjudged):
+            console.print(
+                f"[yellow]{len(failures) - len(unjudged)} finding(s) voided[/]: a quote not in "
+                "the history"
+            )
+        console.print(f"see {errors}")
+    # A step left unjudged fails the run: its findings are incomplete.
+    return 1 if usage is not None and usage["failures"] else 0
+
+
+def _run_eval(args, rejected: Counter) -> int:
+    """``seam judge --eval LABELS``: precision and recall of every rule check."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from judge.calibration import evaluate, load_labels
+    from judge.rules import DEFAULT_CHECKS, RULE_JUDGE
+
+    if not Path(args.eval).is_file():
+        raise UsageError(f"--eval {args.eval}: no such file")
+    try:
+        labels = load_labels(args.eval)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.split:
+        labels = [lab for lab in labels if lab.split == args.split]
+    sources = iter_input_sources(args.inputs, args.format, rejected, args.group_by)
+    failures: list = []
+    if args.llm:  # calibrate an LLM judge: its findings, scored the same way
+        from judge.llm import PROMPT_VERSION, judge_rollouts
+
+        client = _chat_client(args)
+        judge_name = f"LLM judge {args.model} (prompt {PROMPT_VERSION})"
+
+        def findings_of(rollout):
+            found, failed = judge_rollouts(
+                [rollout], client, args.concurrency, False, args.max_context_chars
+            )
+            failures.extend(failed)
+            return found
+
+        with client:
+            result = evaluate(labels, list(sources), findings_of)
+    else:
+        judge_name = f"rule judge {RULE_JUDGE}"
+        result = evaluate(labels, list(sources))
+    voided = [f for f in failures if f.reason.startswith("voided ")]
+    unjudged = len(failures) - len(voided)
+    rows = {check: score.as_dict() for check, score in result.scores.items()}
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "judge": judge_name,
+                    "labelled": result.labelled,
+                    "voided": len(voided),
+                    "unjudged": unjudged,
+                    "checks": rows,
+                    "default_checks": list(DEFAULT_CHECKS),
+                    "unlabelled": result.unlabelled,
+                    "labels_not_found": result.missing,
+                    "misses": result.misses,
+                },
+                indent=2,
+            )
+        )
+    else:
+        table = Table(
+            title=f"{judge_name} on {result.labelled} labelled compactions",
+            header_style="bold",
+        )
+        for name in (
+            "check",
+            "default",
+            "flags",
+            "positives",
+            "TP",
+            "FP",
+            "FN",
+            "precision",
+            "recall",
+        ):
+            table.add_column(name, justify="left" if name == "check" else "right")
+
+        def pct(value):
+            return "n/a" if value is None else f"{value:.2f}"
+
+        for check, row in rows.items():
+            table.add_row(
+                check,
+                "on" if check in DEFAULT_CHECKS else "off",
+                str(row["flags"]),
+                str(row["positives"]),
+                str(row["tp"]),
+                str(row["fp"]),
+                str(row["fn"]),
+                pct(row["precision"]),
+                pct(row["recall"]),
+            )
+        console = Console(width=max(Console().width, 110))
+        console.print(table)
+        for miss in result.misses:
+            console.print(f"  {miss}")
+        if result.unlabelled:
+            console.print(f"{len(result.unlabelled)} compaction(s) without a label (not scored)")
+    err = Console(stderr=True)
+    if voided:
+        err.print(
+            f"[yellow]{len(voided)} finding(s) voided[/]: a quote not in the history "
+            f"(not counted as flags); first: {voided[0].reason[:160]}",
+            highlight=False,
+        )
+    if unjudged:
+        err.print(f"[red]{unjudged} step(s) could not be judged[/]: the scores are incomplete")
+    if result.missing:
+        err.print(
+            f"[red]{len(result.missing)} label(s) name no compaction of the inputs[/]: "
+            + "; ".join(result.missing[:3])
+        )
+        return 1
+    return 1 if unjudged else 0
+
+
+def _chat_client(args):
+    """The chat client of ``--llm URL --model M`` and its options."""
+    from judge.chat_client import ChatClient, ClientConfig
+    from pipeline.core.tokenizer import cache_dir
+
+    if not args.model:
+        raise UsageError("--llm needs --model (the model name the endpoint serves)")
+    return ChatClient(
+        ClientConfig(
+            url=args.llm,
+            model=args.model,
+            api_key_env=args.api_key_env,
+            timeout_s=args.timeout,
+            max_retries=args.retries,
+            json_mode=not args.no_json_mode,
+            cache_dir=None if args.no_cache else (args.cache_dir or str(cache_dir() / "judge")),
+            max_tokens=args.max_tokens,
+            price_in_per_mtok=args.price_in,
+            price_out_per_mtok=args.price_out,
+            max_response_bytes=args.max_response_bytes,
+            max_connect_failures=args.max_connect_failures,
+        )
+    )
+
+
+def _llm_findings(args, rollouts):
+    from rich.console import Console
+
+    from judge.llm import PROMPT_VERSION, judge_rollouts
+
+    findings, failures = [], []
+    with _chat_client(args) as client:
+        Console(stderr=True).print(
+            f"LLM judge {args.model} at {client.url} (prompt {PROMPT_VERSION})"
+        )
+        batch: list[Rollout] = []
+        for rollout in [*rollouts, None]:
+            if rollout is not None:
+                batch.append(rollout)
+            if batch and (rollout is None or len(batch) == args.batch):  # bounded memory
+                found, failed = judge_rollouts(
+                    batch, client, args.concurrency, args.every_call, args.max_context_chars
+                )
+                findings += found
+                failures += failed
+                batch = []
+    return findings, failures, client.usage.as_dict(client.config)
+
+
+def run_audit(args) -> int:
+    from rich.console import Console
+
+    from judge.audit import aggregate, audit_rollout, audit_table
+
+    _use_limits(args)
+    target = Path(args.inputs[0])
+    if len(args.inputs) == 1 and (target / "manifest.json").exists():
+        records = _audits_from_shards(target)
+    else:
+        from pipeline.core.fidelity import damage
+
+        rejected: Counter = Counter()
+        records = []
+        for rollout in iter_input_rollouts(args.inputs, args.format, rejected, args.group_by):
+            if damage(rollout) and not args.keep_damaged:  # as the builds quarantine it
+                rejected[f"{rollout.rollout_id}: damaged log (--keep-damaged audits it)"] += 1
+                continue
+            records += [
+                {"rollout_id": a.rollout_id, **a.as_struct()} for a in audit_rollout(rollout)
+            ]
+        for reason, n in sorted(rejected.items()):
+            print(f"skipped {n} rollout(s) or record(s): {reason}", file=sys.stderr)
+    if args.out:
+        with _open_out(args.out) as out:
+            for record in records:
+                out.write(json.dumps(record) + "\n")
+    agg = aggregate(records)
+    if args.json:
+        print(json.dumps(agg, indent=2))
+    else:
+        Console().print(audit_table(agg, f"summary audit of {', '.join(args.inputs)}"))
+    return 0
+
+
+def _audits_from_shards(build_dir: Path) -> list[dict]:
+    import duckdb
+
+    manifest = json.loads((build_dir / "manifest.json").read_text())
+    files = [str(build_dir / s) for s in manifest["shards"]]
+    con = duckdb.connect()
+    names = {
+        r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [files]).fetchall()
+    }
+    if "summary_audit" not in names:
+        raise UsageError(
+            f"{build_dir} has no summary_audit column (an RL build?); audit its inputs instead"
+        )
+    rows = con.execute(
+        "SELECT rollout_id, UNNEST(summary_audit, max_depth := 2) FROM read_parquet(?) "
+        "WHERE len(summary_audit) > 0",
+        [files],
+    ).fetchall()
+    columns = [d[0] for d in con.description]
+    return [dict(zip(columns, row)) for row in rows]
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "judge",
+        help="Judge rollouts (rule judge, or an LLM judge) → findings JSONL.",
+        description="Review every compaction decision, summary and post-compaction step of the input rollouts and "
+        "write one finding per error (JSONL of schemas.correction.Finding). Without --llm the "
+        "deterministic rule judge runs (no network). With --llm URL --model M each candidate step is "
+        "sent to an OpenAI-compatible /v1/chat/completions endpoint, showing only the history up to "
+        "the step. Findings are verdicts, not corrections: a correction also records the executed "
+        "replacement (see docs/sft.md).",
+    )
+    _add_input_arguments(p)
+    p.add_argument("--out", default="-", help="Findings JSONL file (default: stdout).")
+    p.add_argument(
+        "--llm",
+        metavar="URL",
+        help="OpenAI-compatible endpoint: server root, .../v1, or .../v1/chat/completions.",
+    )
+    p.add_argument("--model", help="Model name to request (needed with --llm).")
+    p.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="Environment variable holding the API key (default OPENAI_API_KEY; unset = no key). "
+        "The key is only sent in the Authorization header, never printed or cached.",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="Seconds per request attempt, in total: connect, send, wait and read the whole "
+        "answer (default 120).",
+    )
+    p.add_argument(
+        "--max-response-bytes",
+        type=int,
+        default=4 << 20,
+        help="Largest response body read; a larger one fails that step and is never cached "
+        "(default 4194304).",
+    )
+    p.add_argument(
+        "--max-connect-failures",
+        type=int,
+        default=5,
+        help="Connection failures in a row after which the endpoint is taken as down and the "
+        "remaining steps fail without a request (default 5).",
+    )
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=4,
+        help="Retries on HTTP 429/5xx, timeouts and dropped connections, with exponential backoff "
+        "1s·2^attempt capped at 30s, or the server's Retry-After (default 4).",
+    )
+    p.add_argument(
+        "--concurrency", type=int, default=8, help="Requests in flight at once (default 8)."
+    )
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        help="Content-addressed answer cache: a rerun over the same inputs sends no request "
+        "(default $SEAM_CACHE_DIR/judge, else ~/.cache/seam/judge).",
+    )
+    p.add_argument("--no-cache", action="store_true", help="Neither read nor write the cache.")
+    p.add_argument(
+        "--no-json-mode",
+        action="store_true",
+        help="Do not send response_format={type: json_object} (for servers that reject it).",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=1024,
+        help="Answer length limit per request (default 1024).",
+    )
+    p.add_argument(
+        "--max-context-chars",
+        type=int,
+        default=60_000,
+        help="Longest history shown; beyond it the first two messages and the most recent ones are kept (default 60000).",
+    )
+    p.add_argument(
+        "--every-call",
+        action="store_true",
+        help="Also ask, at every other action call, whether the agent should compact now (missing_trigger).",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=256,
+        help="Rollouts held in memory per judging batch (default 256).",
+    )
+    p.add_argument(
+        "--price-in",
+        type=float,
+        default=0.0,
+        help="Price per 1M prompt tokens, for the cost line (default 0).",
+    )
+    p.add_argument(
+        "--price-out", type=float, default=0.0, help="Price per 1M completion tokens (default 0)."
+    )
+    p.add_argument(
+        "--errors",
+        help="Where to write the steps that could not be judged (default OUT.errors.jsonl).",
+    )
+    p.add_argument(
+        "--checks",
+        default="default",
+        help="Rule checks to report: default (those calibrated to precision >= 0.8 on the shipped "
+        "labels, docs/sft.md), all, or a comma list of type/verdict names (state/invented, ...).",
+    )
+    p.add_argument(
+        "--eval",
+        metavar="LABELS",
+        help="Score every rule check against hand labels (JSONL, schema in docs/sft.md) of the "
+        "compactions in INPUT and print precision and recall per check; writes no findings. "
+        "With --llm URL --model M, score that LLM judge instead (calibrate any endpoint).",
+    )
+    p.add_argument("--json", action="store_true", help="With --eval: print the scores as JSON.")
+    p.add_argument(
+        "--split",
+        choices=("tune", "holdout"),
+        help="With --eval: score only the labels of this part of the set (their `split` field; "
+        "docs/labels.md); the other labels are left out, not reported as missing.",
+    )
+    p.set_defaults(func=run_judge)
+
+    a = sub.add_parser(
+        "audit",
+        help="Audit compaction summaries: key-state and next-step omission, contradictions, invented paths.",
+        description="Check every compaction summary against the history it was written from and print per-measure "
+        "rates (AutoCompact's measures: key-state omission rate, next-step omission rate) plus "
+        "self-consistency violations, invented paths and summary length. DIR_OR_INPUT is an SFT build "
+        "directory (its summary_audit column is read) or rollout files/directories/globs.",
+    )
+    _add_input_arguments(a, metavar="DIR_OR_INPUT")
+    a.add_argument(
+        "--out", help="Also write one JSON line per summary to this file ('-' for stdout)."
+    )
+    a.add_argument(
+        "--json", action="store_true", help="Print the aggregate as JSON instead of a table."
+    )
+    a.add_argument(
+        "--keep-damaged",
+        action="store_true",
+        help="Also audit rollouts with lost or undecodable records (the builds quarantine them "
+        "unless --keep-damaged; by default the audit skips them too, so it agrees with a build).",
+    )
+    a.set_defaults(func=run_audit)
+
+    from pipeline.cli.build_sft import register_build_sft
+
+    register_build_sft(sub)
+
+
+def _add_input_arguments(p, metavar: str = "INPUT") -> None:
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar=metavar,
+        help="Rollout files, directories (searched recursively) or globs: canonical rollouts or raw formats.",
+    )
+    p.add_argument(
+        "--format",
+        default="auto",
+        help="Input format: auto (detect per file), canonical, or a reader name.",
+    )
+    from pipeline.cli.build_rl import add_group_by_argument, add_limit_arguments
+
+    add_group_by_argument(p)
+    add_limit_arguments(p)

@@ -1,0 +1,318 @@
+"""``seam train-step`` and ``seam make-tiny-model``.
+
+torch is an optional extra (``pip install 'seam-rl[train]'``): nothing here imports it at
+module level, so ``seam --help`` works without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from pipeline.common.errors import UsageError
+from trainer.flops import H200_BF16_DENSE_PEAK
+
+COLUMNS = [  # (header, width, formatter of a StepMetrics)
+    ("step", 4, lambda m: f"{m.step}" + ("" if m.policy_updated else "w")),
+    ("policy loss", 11, lambda m: f"{m.policy_loss:+.4g}"),
+    ("value loss", 10, lambda m: f"{m.value_loss:.4g}"),
+    ("clip frac", 9, lambda m: f"{m.clip_fraction:.3f}"),
+    ("approx KL", 9, lambda m: f"{m.approx_kl:.2e}"),
+    ("entropy", 7, lambda m: f"{m.entropy:.3f}"),
+    ("adv mean±std", 15, lambda m: f"{m.advantage_mean:+.3f}±{m.advantage_std:.3f}"),
+    ("adv min/max", 15, lambda m: f"{m.advantage_min:+.2f}/{m.advantage_max:+.2f}"),
+    ("seg/roll", 8, lambda m: f"{m.segments}/{m.rollouts}"),
+    ("trainable/tokens", 16, lambda m: f"{m.trainable_tokens}/{m.tokens}"),
+    ("old lp logged", 13, lambda m: f"{m.shard_logprob_tokens}"),
+    ("tok/s", 8, lambda m: f"{m.tokens_per_s:,.0f}"),
+]
+
+
+def _require_torch(command: str):
+    from pipeline.common import extras
+
+    extras.require("train", command)
+    import torch
+
+    return torch
+
+
+def _quiet_transformers() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+
+
+def _check_model_dir(flag: str, path: str) -> None:
+    if not (Path(path) / "config.json").is_file():
+        raise UsageError(
+            f"{flag} {path}: not a Hugging Face model directory (no config.json); "
+            "make one with 'seam make-tiny-model --out DIR'"
+        )
+
+
+def run_train_step(args) -> int:
+    torch = _require_torch("train-step")
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainer import distributed
+    from trainer.batching import plan_steps
+    from trainer.models import Critic, load_policy
+    from trainer.ppo import PPOConfig, PPOTrainer
+    from trainer.streaming import build_index, read_rows, split_step
+
+    _check_model_dir("--model", args.model)
+    _check_model_dir("--critic", args.critic or args.model)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is visible to torch")
+    try:
+        config = PPOConfig(
+            policy_lr=args.policy_lr,
+            critic_lr=args.critic_lr,
+            clip_eps=args.clip_eps,
+            value_clip=args.value_clip,
+            policy_updates=args.policy_updates,
+            critic_updates=args.critic_updates,
+            critic_warmup_steps=args.critic_warmup_steps,
+            gamma=args.gamma,
+            lam=args.lam,
+            lambda_rule=args.lambda_rule,
+            alpha=args.alpha,
+            max_grad_norm=args.max_grad_norm,
+            micro_batch_tokens=args.micro_batch_tokens,
+            recompute_old_logprobs=args.recompute_old_logprobs,
+            bf16=device.type == "cuda",
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    try:
+        index = build_index(
+            args.shards
+        )  # sizes and places only; a step's rows are read when it runs
+    except (FileNotFoundError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    _quiet_transformers()
+    rank, world = 0, 1
+    if distributed.launched_by_torchrun():
+        if args.save:
+            raise UsageError(
+                "--save under torchrun is not supported yet (DCP checkpoints: issue 25 item 3)"
+            )
+        rank, world = distributed.init(device)
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+            torch.cuda.set_device(device)
+    torch.manual_seed(args.seed)
+    trainer = PPOTrainer(
+        load_policy(args.model, device),
+        Critic.from_pretrained(args.critic or args.model, device),
+        config,
+        device,
+        sharded=world > 1,
+    )
+    vocab = trainer.policy.get_input_embeddings().num_embeddings
+
+    console = Console(quiet=rank != 0)
+    if (
+        not console.is_terminal
+    ):  # logs and make: rich would otherwise squeeze the table into 80 columns
+        console = Console(width=200, quiet=rank != 0)
+    columns = COLUMNS + (
+        [("MFU", 6, lambda m: f"{m.mfu(args.peak_tflops * 1e12):.1%}")]
+        if device.type == "cuda"
+        else []
+    )
+    console.print(
+        f"[bold]seam train-step[/]: {len(index.segments)} segments from {args.shards}, model {args.model}, "
+        f"device {device}, λ "
+        f"{f'adaptive per {args.lambda_rule} (α={args.alpha:g})' if args.lam is None else args.lam}, "
+        f"{config.critic_updates} critic updates per policy update"
+        + (f", {world} ranks" if world > 1 else "")
+    )
+    plan = plan_steps(
+        index.segments, args.rollouts_per_step, args.steps, args.max_step_tokens, args.shuffle_seed
+    )
+    for number, step in enumerate(plan):
+        share = split_step(step, world, config.micro_batch_tokens)[rank]
+        try:
+            segments = read_rows(index, share.segments)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        top = max((int(s.input_ids.max()) for s in segments), default=0)
+        if top >= vocab:
+            raise UsageError(
+                f"the shards hold token id {top} but {args.model} has a vocabulary of {vocab}: "
+                "build the shards with the model's tokenizer"
+            )
+        metrics = trainer.step(segments, list(share.micro_batches))
+        metrics = dataclasses.replace(metrics, rollouts=len({s.rollout_id for s in step}))
+        table = Table(show_header=number == 0, box=None, pad_edge=False)
+        for header, width, _ in columns:
+            table.add_column(header, width=width, justify="right", no_wrap=True)
+        table.add_row(*(fmt(metrics) for _, _, fmt in columns))
+        console.print(table)
+    if config.critic_warmup_steps:
+        console.print("w = critic warm-up step: the policy was not updated")
+    if args.save:
+        trainer.save(args.save, args.model)
+        console.print(f"saved {args.save}/policy and {args.save}/critic")
+    return 0
+
+
+def run_make_tiny_model(args) -> int:
+    _require_torch("make-tiny-model")
+    _quiet_transformers()
+    from trainer.models import build_tiny_model
+
+    out_dir = Path(args.out)
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "config.json").is_file():
+        raise UsageError(
+            f"--out {out_dir}: exists and is not a model directory; choose another path"
+        )
+    out = build_tiny_model(args.out, preset=args.preset, seed=args.seed)
+    print(
+        f"wrote a randomly initialised Qwen2-style model ({args.preset}) with seam's tokenizer to {out}"
+    )
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "train-step",
+        help="Run PPO steps (critic, cross-trajectory GAE, token-level loss) on RL shards.",
+        description="Train a local causal LM with PPO on seam's RL shards: cross-trajectory GAE per segment, "
+        "clipped surrogate normalised per token over the whole batch, clipped value loss. Prints metrics per step.",
+    )
+    p.add_argument(
+        "--shards", required=True, help="Directory with train-*.parquet RL shards (seam build-rl)."
+    )
+    p.add_argument(
+        "--model", required=True, help="Local Hugging Face causal LM directory (the policy)."
+    )
+    p.add_argument(
+        "--critic",
+        help="Critic directory: a saved critic, or a causal LM to start one from (default: --model).",
+    )
+    p.add_argument("--steps", type=int, default=1, help="PPO steps to run (default 1).")
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        help="Default: cuda when available, else cpu. bf16 autocast on cuda.",
+    )
+    p.add_argument(
+        "--save", help="Write the updated policy and critic to DIR/policy and DIR/critic."
+    )
+    p.add_argument(
+        "--rollouts-per-step",
+        type=int,
+        default=8,
+        help="Rollouts (all their segments) per step (default 8).",
+    )
+    p.add_argument(
+        "--max-step-tokens",
+        type=int,
+        help="Cap a step's tokens; the rest of a rollout moves to the next step (default: no cap).",
+    )
+    p.add_argument(
+        "--shuffle-seed",
+        type=int,
+        help="Shuffle whole rollouts, a new permutation per pass over the data, from this seed "
+        "(default: shard order).",
+    )
+    p.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=4096,
+        help="Token budget of one packed micro-batch (default 4096).",
+    )
+    p.add_argument(
+        "--policy-lr",
+        type=float,
+        default=2e-6,
+        help="AdamW learning rate of the policy (default 2e-6).",
+    )
+    p.add_argument(
+        "--critic-lr",
+        type=float,
+        default=3e-6,
+        help="AdamW learning rate of the critic (default 3e-6).",
+    )
+    p.add_argument(
+        "--policy-updates",
+        type=int,
+        default=1,
+        help="Policy updates (PPO epochs) per step (default 1).",
+    )
+    p.add_argument(
+        "--critic-updates",
+        type=int,
+        default=2,
+        help="Critic updates per policy update (default 2).",
+    )
+    p.add_argument(
+        "--critic-warmup-steps",
+        type=int,
+        default=0,
+        help="First steps that train only the critic (default 0).",
+    )
+    p.add_argument("--clip-eps", type=float, default=0.2, help="PPO ratio clip ε (default 0.2).")
+    p.add_argument(
+        "--value-clip",
+        type=float,
+        default=0.2,
+        help="Value clip around the old values (default 0.2).",
+    )
+    p.add_argument("--gamma", type=float, default=1.0, help="Discount γ (default 1.0).")
+    p.add_argument(
+        "--lam",
+        type=float,
+        help="Fixed GAE λ (default: length-adaptive λ = 1 - 1/(α·l), l chosen by --lambda-rule).",
+    )
+    p.add_argument(
+        "--lambda-rule",
+        choices=["rollout", "segment"],
+        default="rollout",
+        help="l of the adaptive λ: rollout (default) = the rollout's trainable tokens, one λ for "
+        "all its segments (credit never decreases toward the outcome); segment = the segment's "
+        "n_s (CompactionRL's per-segment rule, can starve early segments).",
+    )
+    p.add_argument(
+        "--alpha", type=float, default=1.5, help="α of the length-adaptive λ (default 1.5)."
+    )
+    p.add_argument(
+        "--max-grad-norm", type=float, default=1.0, help="Global gradient-norm clip (default 1.0)."
+    )
+    p.add_argument(
+        "--recompute-old-logprobs",
+        action="store_true",
+        help="Take old log-probs from the policy even where the shard logged them.",
+    )
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=H200_BF16_DENSE_PEAK / 1e12,
+        help="Accelerator peak for MFU, TFLOP/s (default: H200 bf16 dense, 989).",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run_train_step)
+
+    t = sub.add_parser(
+        "make-tiny-model",
+        help="Write a tiny randomly initialised Qwen2-style model (no download).",
+        description="Build a randomly initialised Qwen2-style causal LM with seam's tokenizer "
+        "(Qwen2.5 vocabulary) locally, for train-step demos and tests.",
+    )
+    t.add_argument("--out", required=True, help="Output directory.")
+    t.add_argument(
+        "--preset",
+        choices=["tiny", "0.5b"],
+        default="tiny",
+        help="Model shape (default tiny: 2 layers, hidden 64).",
+    )
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(func=run_make_tiny_model)

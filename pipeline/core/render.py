@@ -1,0 +1,365 @@
+"""Render canonical messages with a chat template and tokenize them, once per message.
+
+A call's input is ``render(context, add_generation_prompt=True)``; its output is the
+text the template puts after the generation prompt for that assistant message, up to
+and including the end-of-turn token. Rendering a call's whole context at every call is
+quadratic in rollout length, so seam renders each message **once** as a *piece*:
+
+    piece(m₀)            = render([m₀])
+    piece(m), later m    = render(B + [m]) − render(B)        (B: a fixed two-message base)
+    generation prompt    = render(B, gen=True) − render(B)
+
+and a call's input is ``piece(m₀) + … + piece(m_k) + generation prompt``. That identity
+holds for templates that render each message independently of its neighbours. It is
+checked once per template by ``probe_incremental`` on a probe conversation, in text *and*
+in token space; a template that fails (for example one that drops the reasoning of
+earlier turns, or merges consecutive tool results into one turn) is rendered in full
+at every call instead, and the build summary says so.
+
+Templates run in a sandboxed Jinja environment (no access to Python internals) set up
+like the one ``apply_chat_template`` uses (``pipeline/core/chat_jinja.py``; tests require
+the same text as ``apply_chat_template``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import orjson
+
+from pipeline.common.errors import SeamError
+from pipeline.common.step_times import StepTimes
+from schemas.rollout import MessageEvent
+
+ENCODE_CACHE_TOKENS = 4 << 20  # ids kept by encode_many's cache (16 MiB of int32 per process)
+# Characters tokenized per call into the Rust tokenizer. While a batch is encoded, its
+# ``Encoding`` objects hold ~60 bytes per character (ids, token strings, offsets, masks)
+# and the tokenizer ~130 at its peak; they are cut to int32 ids (4 bytes per token) as
+# soon as the batch returns. One batch for a whole rollout made ten 5 MB tool outputs
+# cost 3.3 GB at once; batches of at most this many characters (a longer text alone)
+# bound the peak by the largest single message instead.
+ENCODE_BATCH_CHARS = 1 << 20
+
+_BASE = [
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "U"},
+]
+
+
+class TemplateError(SeamError, ValueError):
+    """The chat template cannot render a rollout's messages."""
+
+
+def template_message(msg: MessageEvent) -> dict:
+    """The Hugging Face chat-message dict a template expects for a canonical message.
+
+    Tool-call arguments are passed as a mapping when they parse as a JSON object (what
+    every Hub template expects); otherwise as the raw string the model wrote.
+    """
+    out: dict = {"role": msg.role, "content": msg.content}
+    if msg.reasoning:
+        out["reasoning_content"] = msg.reasoning
+    if msg.tool_calls:
+        calls = []
+        for call in msg.tool_calls:
+            try:
+                args = orjson.loads(call.arguments)
+            except orjson.JSONDecodeError:
+                args = call.arguments
+            if not isinstance(args, dict):
+                args = call.arguments
+            calls.append(
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": args},
+                }
+            )
+        out["tool_calls"] = calls
+    if msg.role == "tool":
+        out["tool_call_id"] = msg.tool_call_id
+        if msg.name:
+            out["name"] = msg.name
+    return out
+
+
+def _compile(source: str):
+    from pipeline.core.chat_jinja import compile_chat_template
+
+    return compile_chat_template(source)
+
+
+class ChatRenderer:
+    """Renders and tokenizes canonical messages for one tokenizer + chat template."""
+
+    def __init__(self, tokenizer, full_render: bool = False):
+        """``full_render`` skips the incremental path even when the probe would allow it
+        (the reference the incremental path is tested against)."""
+        self.tokenizer = tokenizer
+        self.backend = tokenizer.backend_tokenizer
+        # Where renders and encodes count their seconds (steps ``render`` and ``tokenize``):
+        # a build worker sets its task's ``StepTimes`` here while the task runs.
+        self.times: StepTimes | None = None
+        self.template = _compile(tokenizer.chat_template)
+        self.special = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
+        self.eos_text = self._end_of_turn_text()
+        self.eos_id = tokenizer.convert_tokens_to_ids(self.eos_text)
+        self._encode_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cached_tokens = 0
+        self.incremental = not full_render and probe_incremental(self)
+
+    def _end_of_turn_text(self) -> str:
+        eos = self.tokenizer.eos_token
+        # Chat templates end a turn with their own token (ChatML: <|im_end|>), which is
+        # not always the tokenizer's eos: take what the template puts after an assistant turn.
+        rendered = self.render(_BASE + [{"role": "assistant", "content": "X"}], None, False)
+        tail = rendered[rendered.rindex("X") + 1 :]
+        for token in sorted(self.tokenizer.all_special_tokens, key=len, reverse=True):
+            if tail.lstrip().startswith(token):
+                return token
+        if eos:
+            return eos
+        raise TemplateError("cannot tell which token ends an assistant turn in this chat template")
+
+    # -- text ---------------------------------------------------------------------------
+    def render(
+        self, messages: Sequence[dict], tools: list | None, add_generation_prompt: bool
+    ) -> str:
+        if self.times is not None:
+            with self.times.step("render"):
+                return self._render(messages, tools, add_generation_prompt)
+        return self._render(messages, tools, add_generation_prompt)
+
+    def _render(
+        self, messages: Sequence[dict], tools: list | None, add_generation_prompt: bool
+    ) -> str:
+        from pipeline.core.chat_jinja import render_bounded
+
+        try:
+            return render_bounded(
+                self.template,
+                messages=list(messages),
+                tools=tools or None,
+                add_generation_prompt=add_generation_prompt,
+                **self.special,
+            )
+        except Exception as exc:  # jinja errors and raise_exception() from the template
+            raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from None
+
+    @lru_cache(maxsize=64)  # noqa: B019 (renderers live for the whole process)
+    def _base_text(self, gen: bool) -> str:
+        return self.render(_BASE, None, gen)
+
+    def generation_prompt(self) -> str:
+        return self._base_text(True)[len(self._base_text(False)) :]
+
+    def piece(self, msg_dict: dict, first: bool, tools: list | None) -> str:
+        """The text one message contributes to a rendered conversation."""
+        if first:
+            return self.render([msg_dict], tools, False)
+        base = self._base_text(False)
+        full = self.render(_BASE + [msg_dict], None, False)
+        if not full.startswith(base):
+            raise TemplateError("chat template re-renders earlier messages when one is appended")
+        return full[len(base) :]
+
+    def split_output(self, assistant_text: str) -> tuple[str, str]:
+        """Split what follows the generation prompt into (generated text, template trailer).
+
+        The generated text ends with the end-of-turn token; what the template adds after
+        it (ChatML's newline) was never sampled by the policy.
+        """
+        cut = assistant_text.rfind(self.eos_text)
+        if cut < 0:
+            return assistant_text, ""
+        cut += len(self.eos_text)
+        return assistant_text[:cut], assistant_text[cut:]
+
+    def output_text(
+        self, call: dict, tools: list | None, context: Sequence[dict] | None = None
+    ) -> tuple[str, str]:
+        """(generated text, trailer) of ``call``; ``context`` (its input) is needed only
+        for templates that are not incremental."""
+        if self.incremental:
+            gen = self.generation_prompt()
+            piece = self.piece(call, False, tools)
+            if not piece.startswith(gen):
+                raise TemplateError("assistant turn does not start with the generation prompt")
+            return self.split_output(piece[len(gen) :])
+        if not context:
+            raise TemplateError("an assistant call with an empty context")
+        prompt = self.render(context, tools, True)
+        full = self.render(list(context) + [call], tools, False)
+        if not full.startswith(prompt):
+            raise TemplateError("rendering the call's output changes the rendering of its input")
+        return self.split_output(full[len(prompt) :])
+
+    # -- tokens -------------------------------------------------------------------------
+    def encode_many(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Token ids of each text (special tokens in the text are parsed), batched in Rust.
+
+        Rollouts of one collection repeat long texts: the system prompt with its tool
+        definitions, the compaction prompt, the same file read by every rollout of a task
+        (23% of the characters the first 100 sample rollouts encode). Encoded texts are
+        kept, first in first out, up to ``ENCODE_CACHE_TOKENS`` ids per process. Pieces
+        are encoded independently of their neighbours (``probe_incremental``), so a
+        cached piece has the ids it would get again.
+        """
+        cache = self._encode_cache
+        todo = list(dict.fromkeys(t for t in texts if t not in cache))
+        if not todo:
+            return [cache[t] for t in texts]
+        fresh: dict[str, np.ndarray] = {}
+        for batch in _batches(todo, ENCODE_BATCH_CHARS):
+            fresh.update(zip(batch, self._encode_batch(batch)))
+            if sum(map(len, batch)) >= ENCODE_BATCH_CHARS:
+                release_free_memory()
+        out = [fresh[t] if t in fresh else cache[t] for t in texts]
+        for t, ids in fresh.items():
+            ids.flags.writeable = False  # shared by every later caller: never edited in place
+            cache[t] = ids
+            self._cached_tokens += len(ids)
+        while self._cached_tokens > ENCODE_CACHE_TOKENS:
+            self._cached_tokens -= len(cache.popitem(last=False)[1])
+        return out
+
+    def _encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """Token ids of ``texts`` in one call into the Rust tokenizer (no cache)."""
+        if self.times is not None:
+            with self.times.step("tokenize"):
+                return self._encode_uncached(texts)
+        return self._encode_uncached(texts)
+
+    def _encode_uncached(self, texts: list[str]) -> list[np.ndarray]:
+        encode = (
+            self.backend.encode_batch_fast
+            if hasattr(self.backend, "encode_batch_fast")
+            else self.backend.encode_batch
+        )
+        return [np.asarray(e.ids, dtype=np.int32) for e in encode(texts, add_special_tokens=False)]
+
+    def forget(self) -> None:
+        """Empty the encode cache (benchmarks that must not profit from earlier rollouts)."""
+        self._encode_cache.clear()
+        self._cached_tokens = 0
+
+    def encode(self, text: str) -> np.ndarray:
+        return self.encode_many([text])[0]
+
+    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
+        return self.backend.decode(list(map(int, ids)), skip_special_tokens=False)
+
+    def engine_view(
+        self, context: Sequence[MessageEvent], call: MessageEvent, tools: list | None
+    ) -> tuple[list[int], list[int]]:
+        """What an inference engine would log for ``call``: (prompt ids, output ids).
+
+        Used by the simulator to write token-logging rollouts; the build itself never
+        renders a whole context per call on incremental templates.
+        """
+        ctx = [template_message(m) for m in context]
+        prompt = self.render(ctx, tools, True)
+        generated, _ = self.output_text(template_message(call), tools, ctx)
+        return self.encode(prompt).tolist(), self.encode(generated).tolist()
+
+
+def release_free_memory() -> None:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim``; nothing
+    elsewhere). Tokenizing a long text allocates and frees ~130 bytes per character in
+    many small pieces: the freed memory stays mapped, fragmented, and the next long
+    text's pieces do not all fit in it, so without this ten 5 MB messages grew a
+    worker's RSS by ~1 GB more than one does."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None  # libc.malloc_trim once looked up; False where there is none
+
+
+def _batches(texts: list[str], budget: int) -> Iterator[list[str]]:
+    """``texts`` in order, cut into consecutive batches of at most ``budget`` characters
+    (a longer text is a batch of its own). Texts are encoded independently of each
+    other, so the cut changes no id."""
+    batch: list[str] = []
+    size = 0
+    for text in texts:
+        if batch and size + len(text) > budget:
+            yield batch
+            batch, size = [], 0
+        batch.append(text)
+        size += len(text)
+    if batch:
+        yield batch
+
+
+def _probe_conversation() -> list[dict]:
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "grep", "arguments": {"pattern": "x"}},
+    }
+    call2 = {
+        "id": "c2",
+        "type": "function",
+        "function": {"name": "read", "arguments": {"path": "a.py"}},
+    }
+    return [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the bug."},
+        {
+            "role": "assistant",
+            "content": "Looking.",
+            "reasoning_content": "Search first.",
+            "tool_calls": [call, call2],
+        },
+        {"role": "tool", "tool_call_id": "c1", "name": "grep", "content": "a.py:3: x = 1"},
+        {"role": "tool", "tool_call_id": "c2", "name": "read", "content": "x = 1\n"},
+        {"role": "assistant", "content": "", "tool_calls": [{**call, "id": "c3"}]},
+        {"role": "tool", "tool_call_id": "c3", "name": "grep", "content": "none"},
+        {"role": "user", "content": "Summarize."},
+        {"role": "assistant", "content": "Done: x is set in a.py."},
+    ]
+
+
+def probe_incremental(renderer: ChatRenderer) -> bool:
+    """True when rendering message by message equals rendering whole conversations.
+
+    Checked in text (every prefix, with and without the generation prompt) and in token
+    space (pieces tokenized separately equal the whole conversation tokenized at once).
+    """
+    conv = _probe_conversation()
+    tools = [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}}]
+    try:
+        pieces = [renderer.piece(m, i == 0, tools) for i, m in enumerate(conv)]
+        gen = renderer.generation_prompt()
+        for k in range(1, len(conv) + 1):
+            if renderer.render(conv[:k], tools, False) != "".join(pieces[:k]):
+                return False
+            if k < len(conv) and conv[k]["role"] == "assistant":
+                if renderer.render(conv[:k], tools, True) != "".join(pieces[:k]) + gen:
+                    return False
+                if not pieces[k].startswith(gen):
+                    return False
+        texts = []
+        for m, p in zip(conv, pieces):
+            if m["role"] == "assistant":
+                texts += [gen, *renderer.split_output(p[len(gen) :])]
+            else:
+                texts.append(p)
+        whole = renderer.encode(renderer.render(conv, tools, False))
+        parts = np.concatenate([ids for ids in renderer.encode_many([t for t in texts if t])])
+        return bool(np.array_equal(whole, parts))
+    except TemplateError:
+        return False

@@ -1,0 +1,262 @@
+"""Find the seams of a rollout and cut it into segments whose prefix only grows.
+
+Invariants (docs/design.md, "Seams and segments"):
+
+- The test is done in token space. A call's input ``P_i`` is its logged ``prompt_ids``
+  when the engine logged them, else the chat template's rendering of its context; its
+  output ``O_i`` is the logged ``output_ids``, else the tokenized rendered output.
+- Calls i and i+1 are in one segment iff ``P_{i+1}`` extends the segment so far
+  (``… P_i ⊕ O_i``). On templates that render message by message (see ``render.py``)
+  this is decided in message-id space: an unchanged id prefix means an unchanged token
+  prefix, and only a changed id prefix (a rewrite) is compared token by token.
+- **Re-tokenization drift** — ``P_{i+1}`` re-tokenizes the text of ``O_i`` differently
+  than it was sampled, and nothing else differs — is *realigned*, not split (as slime
+  does): the segment keeps the sampled ``O_i`` (so its logprobs stay aligned and the
+  trained tokens are the ones the policy produced) and continues with the rest of
+  ``P_{i+1}``. Realignments are counted per segment.
+- Any other mismatch is a seam. Its kind is the reason of the rewrite event between the
+  two calls (``compaction`` | ``edit`` | ``truncation``); without a rewrite it is
+  ``divergence`` when the call's input ids were logged (they do not extend the segment)
+  and ``template`` when they were rendered (the template re-rendered history, e.g.
+  dropped earlier reasoning).
+- The cut itself — extend, realign drift, or open a new segment — is decided on ids
+  alone in ``pipeline/core/seams.py``; this module replays the rollout and supplies each
+  call's ids (logged, or rendered through ``render.py``).
+- A segment's sequence is its last call's input plus that call's output; every call's
+  output in it lies at a known span (``CallSpan``) and is trained exactly once, in the
+  segment that generated it. A summary call closes its segment; in the next segment
+  the summary is context.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.render import ENCODE_BATCH_CHARS, ChatRenderer, template_message
+from pipeline.core.seams import CallSpan, Segment, SegmentBuilder, extension
+from schemas.kinds import SeamKind
+from schemas.replay import CallContext, CallView, replay
+from schemas.rollout import MessageEvent, RewriteEvent, Rollout
+
+__all__ = ["CallSpan", "Segment", "Segmenter"]
+
+
+class Segmenter:
+    """Cuts rollouts into segments for one renderer (tokenizer + chat template)."""
+
+    def __init__(self, renderer: ChatRenderer):
+        self.renderer = renderer
+        self._generation_prompt_ids = renderer.encode(renderer.generation_prompt())
+
+    def segments(self, rollout: Rollout) -> list[Segment]:
+        calls = replay(rollout)
+        tools = rollout.tools or None
+        pieces = _PieceCache(self.renderer, tools)
+        if self.renderer.incremental and any(c.message.prompt_ids is None for c in calls):
+            pieces.prefetch(rollout, calls)
+        done: list[Segment] = []
+        seg: SegmentBuilder | None = None
+        prev: CallView | None = None
+        prev_out: np.ndarray | None = None
+        # Message-by-message mode: the previous call's context, rendered so far (its
+        # output follows it), or None when that call's input was logged.
+        rendered: CallContext | None = None
+        for call in calls:
+            if seg is None:
+                seg = self._start(call, pieces, "none", None)
+            else:
+                assert prev is not None and prev_out is not None  # set after the first call
+                tail = self._extension(seg, rendered, prev, prev_out, call, pieces)
+                if tail is None:
+                    done.append(seg.finish())
+                    kind = call.rewrite.reason if call.rewrite else _unrewritten(call)
+                    trigger = call.rewrite.trigger if call.rewrite else None
+                    seg = self._start(call, pieces, kind, trigger)
+                else:
+                    seg.add(tail)
+            out = self._output(call, pieces)
+            logprobs = call.message.logprobs
+            seg.add_call(
+                call.index,
+                call.message.call_kind,
+                out,
+                call.message.finish_reason == "length",
+                None if logprobs is None else np.asarray(logprobs, dtype=np.float32),
+            )
+            incremental = self.renderer.incremental and call.message.prompt_ids is None
+            rendered = call.context if incremental else None
+            prev, prev_out = call, out
+        if seg is not None:
+            done.append(seg.finish())
+        return done
+
+    # -- the input of a call ------------------------------------------------------------
+    def _prompt(self, call: CallView, pieces: _PieceCache) -> np.ndarray:
+        if call.message.prompt_ids is not None:
+            return np.asarray(call.message.prompt_ids, dtype=np.int32)
+        if self.renderer.incremental:
+            return np.concatenate([pieces.context(call.context), pieces.generation_prompt()])
+        ctx = [template_message(m) for m in call.context]
+        return self.renderer.encode(self.renderer.render(ctx, pieces.tools, True))
+
+    def _output(self, call: CallView, pieces: _PieceCache) -> np.ndarray:
+        if call.message.output_ids is not None:
+            return np.asarray(call.message.output_ids, dtype=np.int32)
+        return pieces.output(call)
+
+    def _start(
+        self, call: CallView, pieces: _PieceCache, kind: SeamKind, trigger: str | None
+    ) -> SegmentBuilder:
+        return SegmentBuilder.opened_by(self._prompt(call, pieces), kind, trigger)
+
+    # -- does call i+1 extend the segment? ------------------------------------------------
+    def _extension(
+        self,
+        seg: SegmentBuilder,
+        rendered: CallContext | None,
+        prev: CallView,
+        prev_out: np.ndarray,
+        call: CallView,
+        pieces: _PieceCache,
+    ) -> np.ndarray | None:
+        """The tokens to append before ``call``'s output, or None at a seam."""
+        now = call.context
+        if (
+            rendered is not None
+            and call.message.prompt_ids is None
+            and len(now) > len(rendered)
+            and now.extends(rendered)
+            and now[len(rendered)].id == prev.message.id
+        ):
+            rendered_out = pieces.output(prev)
+            tail = np.concatenate(
+                [
+                    pieces.trailer(prev),
+                    pieces.context(now[len(rendered) + 1 :], False),
+                    pieces.generation_prompt(),
+                ]
+            )
+            if prev.message.output_ids is None or np.array_equal(prev_out, rendered_out):
+                seg.extend_engine(tail)
+                return tail
+            if self.renderer.decode(prev_out) == self.renderer.decode(rendered_out):
+                # History re-renders the sampled output with other ids, same text: realign.
+                seg.drift_realigned += 1
+                seg.replace_last_output(rendered_out)
+                seg.extend_engine(tail)
+                return tail
+        return extension(
+            seg, self._prompt(call, pieces), self.renderer, len(self._generation_prompt_ids)
+        )
+
+
+def _unrewritten(call: CallView) -> SeamKind:
+    """The kind of a seam no rewrite explains: ``divergence`` when the engine logged the
+    call's input (the logged ids themselves stop extending the segment: a retry, a
+    context the harness changed without saying so), else ``template`` (the chat
+    template re-rendered history, e.g. dropped earlier reasoning)."""
+    return "divergence" if call.message.prompt_ids is not None else "template"
+
+
+class _PieceCache:
+    """Tokenized pieces of one rollout's messages, each rendered and encoded once."""
+
+    def __init__(self, renderer: ChatRenderer, tools: list | None):
+        self.r = renderer
+        self.tools = tools
+        self._pieces: dict[tuple[str, bool], np.ndarray] = {}
+        self._outputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def generation_prompt(self) -> np.ndarray:
+        return self.r.encode(self.r.generation_prompt())
+
+    def prefetch(self, rollout: Rollout, calls: list[CallView]) -> None:
+        """Render every message of the rollout once and tokenize them all in one batch
+        (one call into the Rust tokenizer per rollout instead of one per message)."""
+        messages = [e for e in rollout.events if isinstance(e, MessageEvent)]
+        messages += [
+            m
+            for e in rollout.events
+            if isinstance(e, RewriteEvent)
+            for m in e.context
+            if isinstance(m, MessageEvent)
+        ]
+        firsts = {c.context[0].id: c.context[0] for c in calls if c.context}
+        jobs: list[tuple[str, Any]] = []
+        texts: list[str] = []
+
+        def encode() -> None:
+            encoded = iter(self.r.encode_many(texts))
+            for kind, key in jobs:
+                if kind == "output":
+                    self._outputs[key] = (next(encoded), next(encoded))
+                else:
+                    self._pieces[key] = next(encoded)
+            jobs.clear()
+            texts.clear()
+
+        # Rendered texts are encoded a batch of ENCODE_BATCH_CHARS at a time: a rollout of
+        # many multi-megabyte tool outputs never holds all of them rendered at once.
+        size = 0
+        for m in messages:
+            if m.role == "assistant":
+                new = list(self.r.output_text(template_message(m), self.tools))
+                jobs.append(("output", m.id))
+            elif (m.id, False) not in self._pieces:
+                new = [self.r.piece(template_message(m), False, self.tools)]
+                jobs.append(("piece", (m.id, False)))
+            else:
+                continue
+            texts += new
+            size += sum(map(len, new))
+            if size >= ENCODE_BATCH_CHARS:
+                encode()
+                size = 0
+        for mid, m in firsts.items():
+            texts.append(self.r.piece(template_message(m), True, self.tools))
+            jobs.append(("piece", (mid, True)))
+        encode()
+
+    def context(self, messages, at_start: bool = True) -> np.ndarray:
+        """Tokens of ``messages``; ``at_start`` when they open the context (first piece differs).
+
+        An assistant turn in history is tokenized as it was generated — generation
+        prompt, output, trailer — so history never re-tokenizes what the policy sampled.
+        """
+        keys = [(m.id, at_start and i == 0) for i, m in enumerate(messages)]
+        todo = [
+            (k, m)
+            for k, m in zip(keys, messages)
+            if k not in self._pieces and not self._as_turn(k, m)
+        ]
+        if todo:
+            texts = [self.r.piece(template_message(m), first, self.tools) for (_, first), m in todo]
+            for (key, _), ids in zip(todo, self.r.encode_many(texts)):
+                self._pieces[key] = ids
+        for key, m in zip(keys, messages):
+            if key not in self._pieces:
+                out, trailer = self._output_pair(m)
+                self._pieces[key] = np.concatenate([self.generation_prompt(), out, trailer])
+        if not keys:
+            return np.zeros(0, dtype=np.int32)
+        return np.concatenate([self._pieces[k] for k in keys])
+
+    @staticmethod
+    def _as_turn(key: tuple[str, bool], m: MessageEvent) -> bool:
+        return m.role == "assistant" and not key[1]
+
+    def _output_pair(self, message: MessageEvent, context=None) -> tuple[np.ndarray, np.ndarray]:
+        if message.id not in self._outputs:
+            ctx = None if self.r.incremental else [template_message(m) for m in context]
+            generated, trailer = self.r.output_text(template_message(message), self.tools, ctx)
+            out, tr = self.r.encode_many([generated, trailer])
+            self._outputs[message.id] = (out, tr)
+        return self._outputs[message.id]
+
+    def output(self, call: CallView) -> np.ndarray:
+        return self._output_pair(call.message, call.context)[0]
+
+    def trailer(self, call: CallView) -> np.ndarray:
+        return self._output_pair(call.message, call.context)[1]
