@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -101,8 +102,20 @@ def install(wheel: Path, extras: tuple[str, ...]) -> Path:
             spec = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
             _pip(python, "install", "-q", "--disable-pip-version-check", spec)
             (venv / ".complete").touch()
+            _prune(keep=venv)
         _pip(python, "install", "-q", "--no-deps", "--force-reinstall", str(wheel))
+        (venv / ".complete").touch()  # used now: not pruned by another checkout's run
     return venv
+
+
+def _prune(keep: Path, days: float = 2.0) -> None:
+    """Remove the environments of older requirement lists (~700 MB each) not used for
+    ``days`` (each run touches its ``.complete``); a recent one may be another checkout's."""
+    for venv in CACHE.glob("py*-*"):
+        marker = venv / ".complete"
+        unused = venv != keep and venv.is_dir() and marker.exists()
+        if unused and time.time() - marker.stat().st_mtime > days * 86400:
+            shutil.rmtree(venv, ignore_errors=True)
 
 
 def _pip(python: Path, *args: str) -> None:
