@@ -146,9 +146,16 @@ def test_export_to_slime_names_the_train_extra(monkeypatch, tmp_path, capsys, rl
 
 
 def test_core_commands_run_without_any_extra(monkeypatch, tmp_path, capsys, rl_build):
-    """build-rl (the fixture), stats, sql, show, verify and the exports to TRL and verl with
-    every optional library unimportable (simulate and ingest: tests/packaging/test_wheel.py)."""
+    """build-rl (the fixture), build-sft and audit (make build-sft), the rule judge, stats,
+    sql, show, verify and the exports to TRL and verl with every optional library
+    unimportable (simulate and ingest: tests/packaging/test_wheel.py)."""
     _without(monkeypatch, *OPTIONAL)
+    sft = ["build-sft", str(rl_build.parent / "in.jsonl"), "--out", str(tmp_path / "sft")]
+    assert main([*sft, "--workers", "1", "--no-progress", "--synthesize-summary-calls"]) == 0
+    assert main(["audit", str(tmp_path / "sft")]) == 0  # make build-sft's second command
+    assert (
+        main(["judge", str(rl_build.parent / "in.jsonl"), "--out", str(tmp_path / "f.jsonl")]) == 0
+    )
     assert main(["stats", str(rl_build)]) == 0
     assert main(["sql", str(rl_build), "SELECT count(*) FROM rollouts"]) == 0
     assert main(["show", str(rl_build), "--where", "true"]) == 0
