@@ -21,9 +21,9 @@ def check_destination(html: str, overwrite: bool) -> None:
 
 
 def run(args) -> int:
+    extras.require("report", "report")  # before the import below, which needs matplotlib
     from pipeline.inspect.report import write_report
 
-    extras.require("report", "report")
     check_destination(args.html, args.overwrite)
     plots = write_report(args.dir, args.html)
     drawn = sum(p.png is not None for p in plots)
