@@ -47,9 +47,9 @@ import httpx2
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from judge.answer_cache import AnswerCache
-from judge.redact import Redactor
 from pipeline.common.credentials import split_url, with_path
 from pipeline.common.errors import SeamError
+from pipeline.common.redact import Redactor
 
 
 class ChatError(SeamError):

@@ -10,9 +10,12 @@ kept for audits and preference pairs.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # schemas.rollout imports this module
+    from schemas.rollout import MessageEvent
 
 CorrectionType = Literal["trigger", "state", "continuation"]
 Verdict = Literal[
@@ -93,3 +96,24 @@ class Finding(BaseModel):
     )
     judge_model: str = "unknown"
     prompt_hash: str | None = None
+
+
+def executed_output_text(call: MessageEvent) -> str:
+    """The text a call produced, as a ChatML-with-tools template shows it: the content,
+    then each tool call as ``<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>``
+    (a newline before each call that follows content or another call). ``ARGS`` is the
+    argument text exactly as the model wrote it. Reasoning is not part of it: a
+    correction replaces what the call did, and templates disagree on how to show thoughts.
+
+    This one function defines "the executed output" — a correction's ``replacement``
+    and ``original`` are texts of this form — for attaching corrections
+    (``judge/attach.py``), for preference pairs, and for anyone who writes correction
+    records (the simulator, the gateway's live judge).
+    """
+    parts = [call.content]
+    for i, tc in enumerate(call.tool_calls):
+        sep = "\n" if call.content or i else ""
+        parts.append(
+            f'{sep}<tool_call>\n{{"name": "{tc.name}", "arguments": {tc.arguments}}}\n</tool_call>'
+        )
+    return "".join(parts)

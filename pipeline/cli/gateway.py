@@ -152,8 +152,9 @@ def run(args) -> int:
     extras.require("gateway", "gateway")
     from aiohttp import web
 
+    from judge.loop_judge import RuleJudge
     from pipeline.common.credentials import split_url
-    from pipeline.gateway.judging import HttpJudge, RuleJudge
+    from pipeline.gateway.judging import HttpJudge
     from pipeline.gateway.recorder import Recorder
     from pipeline.gateway.server import DEFAULT_SUMMARY_PROMPTS, Gateway, GatewayConfig
 

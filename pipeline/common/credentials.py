@@ -13,7 +13,7 @@ all go through ``split_url``. A URL may carry a key two ways:
 
 What is left, ``Endpoint.url``, is the only form of the URL seam prints, writes
 (``gateway.json``, findings, error files) or puts in an error message; the values taken
-out are ``Endpoint.secrets``, for the redactor (``judge/redact.py``) that scrubs what
+out are ``Endpoint.secrets``, for the redactor (``pipeline/common/redact.py``) that scrubs what
 servers send back. A key from ``--api-key-env`` is sent as a bearer token when the URL
 holds none: the URL is the more specific of the two (``seam judge`` reads
 ``OPENAI_API_KEY`` by default, which may belong to another service). Both are redacted.

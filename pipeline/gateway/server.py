@@ -37,9 +37,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from judge.redact import Redactor
 from pipeline.common import http_guard
 from pipeline.common.credentials import split_url, with_path
+from pipeline.common.redact import Redactor
 from pipeline.gateway.dialects import (
     DialectError,
     anthropic_sse,
@@ -528,7 +528,7 @@ class Gateway:
         if self.judge is None:
             return response, None
         from pipeline.readers.openai_messages import ChatCompletionsReader
-        from pipeline.sft.attach import executed_output_text
+        from schemas.correction import executed_output_text
 
         candidate = dict(response["choices"][0].get("message") or {})
         line = len(session.calls) + 1

@@ -31,33 +31,14 @@ from pydantic import ValidationError
 from judge.facts import classify
 from judge.history import POST_COMPACTION_CALLS, compactions
 from judge.measured import opt_in_rule_correction
-from schemas.correction import Correction
+from schemas.correction import Correction, executed_output_text
 from schemas.replay import CallView, replay
-from schemas.rollout import MessageEvent, Rollout
+from schemas.rollout import Rollout
 
 # A "too early" trigger correction replaces a compaction with more work; the compaction
 # then comes a few calls later. Three calls is the distance AutoCompact's examples show.
 TRIGGER_WINDOW = 3
 _COMPACT_CALL_RE = re.compile(r'<tool_call>\s*\{"name":\s*"[^"]*compact', re.I)
-
-
-def executed_output_text(call: MessageEvent) -> str:
-    """The text a call produced, as a ChatML-with-tools template shows it: the content,
-    then each tool call as ``<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>``
-    (a newline before each call that follows content or another call). ``ARGS`` is the
-    argument text exactly as the model wrote it. Reasoning is not part of it: a
-    correction replaces what the call did, and templates disagree on how to show thoughts.
-
-    This one function defines "the executed output" for attaching corrections, for
-    preference pairs, and for anyone (the simulator) who writes correction records.
-    """
-    parts = [call.content]
-    for i, tc in enumerate(call.tool_calls):
-        sep = "\n" if call.content or i else ""
-        parts.append(
-            f'{sep}<tool_call>\n{{"name": "{tc.name}", "arguments": {tc.arguments}}}\n</tool_call>'
-        )
-    return "".join(parts)
 
 
 @dataclass(frozen=True)

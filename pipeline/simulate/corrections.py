@@ -13,7 +13,7 @@ A corrected rollout records what was *executed*; the correction keeps what the p
 - ``continuation``: at the first action after compaction the policy had proposed to
   search again for what the summary records, wander off, or skip the next step.
 
-``original`` and ``replacement`` are both ``pipeline.sft.attach.executed_output_text`` of a
+``original`` and ``replacement`` are both ``schemas.correction.executed_output_text`` of a
 call — the one definition of "a call's executed output" the attach step checks.
 """
 
@@ -23,8 +23,7 @@ import hashlib
 import random
 from collections.abc import Sequence
 
-from pipeline.sft.attach import executed_output_text
-from schemas.correction import Correction, Evidence, OmittedItem
+from schemas.correction import Correction, Evidence, OmittedItem, executed_output_text
 from schemas.rollout import MessageEvent
 
 TYPE_WEIGHTS = {"trigger": 0.24, "state": 0.53, "continuation": 0.23}

@@ -282,7 +282,7 @@ def test_a_failing_judge_lets_the_original_through_and_says_why(mode, model_serv
 
 
 def test_the_rule_judge_reviews_every_call(model_server, start_gateway):
-    from pipeline.gateway.judging import RuleJudge
+    from judge.loop_judge import RuleJudge
 
     gw = start_gateway(model_server.url, lambda client: RuleJudge())
     client = openai.OpenAI(base_url=gw.base("t", "rules") + "/v1", api_key="none")

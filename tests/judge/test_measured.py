@@ -92,7 +92,7 @@ def test_a_rule_correction_from_an_opt_in_check_is_quarantined_other_judges_are_
 
 
 def test_the_gateways_rule_judge_corrects_only_from_checks_on_by_default():
-    from pipeline.gateway.judging import RuleJudge
+    from judge.loop_judge import RuleJudge
 
     rollout = renamed_settings()  # the second summary omits an uncommitted file (call 11)
     candidate = {"role": "assistant", "content": "Reading the settings."}

@@ -300,7 +300,7 @@ def test_a_key_that_is_a_key_only_once_decoded_is_redacted_in_the_decoded_pass()
     """The second pass alone (``redact_decoded``), on an answer the text pass has not
     seen: each string of the answer's JSON is decoded, redacted, and re-encoded."""
     from judge.chat_client import redact_decoded
-    from judge.redact import Redactor
+    from pipeline.common.redact import Redactor
 
     key = CANARIES["env"]
     answer = 'Here: {"rationale": "key ' + escaped(key) + '", "n": 1} done'
