@@ -57,10 +57,10 @@ from pipeline.common.atomic import remove_temporaries, write_json
 from pipeline.common.errors import SeamError
 from pipeline.common.step_times import StepTimes
 from pipeline.core.shard_schema import SHARD_SCHEMA_VERSION
-from pipeline.sources import limits
 from pipeline.sources.canonical_io import RangeFeeder
 from pipeline.sources.files import Task, plan_tasks, resolve_inputs, walked_files
 from pipeline.sources.limits import Limits
+from pipeline.sources.read_context import ReadContext
 from pipeline.sources.read_hash import BLOCK, changed_blocks, file_digests, recording
 
 
@@ -101,6 +101,10 @@ class BuildConfig:
     limits: Limits = field(default_factory=Limits)  # what one input record may cost
     group_by: str | None = None  # chat-completions logs: the field naming a call's rollout
     timings: str | None = None  # --timings FILE: seconds per step as JSON (not an output)
+
+    def read_context(self) -> ReadContext:
+        """What the build reads its inputs under: its limits and ``--group-by``."""
+        return ReadContext.of(self.limits, self.group_by)
 
     def row_options(self):
         from pipeline.core.mask import MaskOptions
@@ -303,7 +307,13 @@ def run_build(config: BuildConfig, command: str = "") -> BuildResult:
         # Workers own the cores: every process of a local build encodes on one thread.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     check_exclude_fidelity(config.exclude_fidelity)
-    limits.use(config.limits)  # detection and the range feeder read under them too
+    with config.read_context().active():  # detection and the range feeder read under it too
+        return _run_build_reading(config, command, start)
+
+
+def _run_build_reading(
+    config: BuildConfig, command: str, start: tuple[float, float]
+) -> BuildResult:
     files = resolve_inputs(config.inputs)
     check_out_path(Path(config.out), files, config.inputs)
     states = [_file_state(f) for f in files]  # before the first byte is hashed
@@ -442,6 +452,7 @@ def _run_build(
         except RewardsError as exc:
             raise BuildError(str(exc)) from None
     tasks = plan_tasks(files, config.format, chunk_bytes, walked_files(config.inputs))
+    config.read_context().check_readers(t.format for t in tasks)
     if config.requires_outcome() and not config.rewards:
         _refuse_without_outcomes(tasks)
     # "from_out": the input relative to the output directory, so verify and show find
@@ -510,8 +521,7 @@ def _run_build(
             config.row_options(),
             config.rewards,
             config.stage,
-            config.limits,
-            {"group_by": config.group_by} if config.group_by else {},
+            config.read_context(),
             # The quarantine is bounded for the whole build, shared by its tasks.
             Share.of(config.limits, len(tasks)),
         )

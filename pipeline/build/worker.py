@@ -48,10 +48,9 @@ from pipeline.core.rows import (
     rollout_reward,
 )
 from pipeline.core.segment import Segmenter
-from pipeline.sources import limits
 from pipeline.sources.files import Task
 from pipeline.sources.intake import ACCEPTED, SKIPPED, iter_records
-from pipeline.sources.limits import Limits
+from pipeline.sources.read_context import ReadContext
 from pipeline.sources.read_hash import recording
 from schemas.rollout import Rollout
 
@@ -64,8 +63,8 @@ class WorkerConfig:
     options: RowOptions
     rewards: str | None = None  # --rewards FILE: outcomes joined by rollout or session id
     stage: BuildStage | None = None  # BuildConfig.stage (pipeline/build/stage.py)
-    limits: Limits = field(default_factory=Limits)  # what one input record may cost
-    reader_options: dict = field(default_factory=dict)  # e.g. group_by for chat logs
+    # What one input record may cost and the readers' options (e.g. group_by for chat logs).
+    read: ReadContext = field(default_factory=ReadContext)
     quarantine: Share = field(default_factory=Share)  # what a task may write into the quarantine
 
 
@@ -293,13 +292,12 @@ def _run_timed_task(
         entry = {"file": file or task.path, "line": line, "format": task.format, "reason": reason}
         quarantine.add(entry, raw)
 
-    limits.use(config.limits)
     accepted: list[list] = []  # [rollout id, file, line, its counts, its seams] per ordinal
     ordinal = 0
     rowless: list[tuple] = []  # accepted rollouts that left no rows
     # Every input block the task reads is hashed as it is read (``read_hash``).
     with recording() as reads:
-        records = iter_records(task, data, config.reader_options, times=times)
+        records = iter_records(task, data, config.read, times=times)
         while True:
             with step("read"):
                 record = next(records, None)

@@ -30,25 +30,27 @@ def run(args) -> int:
     from pipeline.cli.build_rl import limits_from_args, os_error_line
     from pipeline.readers import REGISTRY
     from pipeline.readers.rewards import load_rewards
-    from pipeline.sources import limits
     from pipeline.sources.files import plan_tasks, resolve_inputs, walked_files
+    from pipeline.sources.read_context import ReadContext
 
     if args.format not in ("auto", "canonical") and args.format not in REGISTRY:
         raise UsageError(
             f"unknown --format {args.format!r}; choose auto, canonical or one of: "
             f"{', '.join(sorted(REGISTRY))}"
         )
-    limits.use(limits_from_args(args))
+    context = ReadContext.of(limits_from_args(args), args.group_by)
     out = Path(args.out)
     try:
-        files = resolve_inputs(args.inputs)
-        check_out_path(out, files, args.inputs)
-        rewards = load_rewards(Path(args.rewards)) if args.rewards else None
-        tasks = plan_tasks(files, args.format, split=False, walked=walked_files(args.inputs))
-        make_out_dir(out)
-        with OutputLock(out):
-            _check_out(out, args.overwrite)
-            stats = _write(out, tasks, args, rewards)
+        with context.active():  # detection reads under the limits too
+            files = resolve_inputs(args.inputs)
+            check_out_path(out, files, args.inputs)
+            rewards = load_rewards(Path(args.rewards)) if args.rewards else None
+            tasks = plan_tasks(files, args.format, split=False, walked=walked_files(args.inputs))
+            context.check_readers(t.format for t in tasks)
+            make_out_dir(out)
+            with OutputLock(out):
+                _check_out(out, args.overwrite)
+                stats = _write(out, tasks, args, rewards, context)
     except OSError as exc:  # disk full, --out not writable: one line, not a traceback
         raise UsageError(os_error_line(exc, str(out), "ingest")) from None
     stats.print(out, args.rewards)
@@ -75,7 +77,7 @@ def _check_out(out: Path, overwrite: bool) -> None:
     out_dir.clear_written(out)
 
 
-def _write(out: Path, tasks, args, rewards) -> _Stats:
+def _write(out: Path, tasks, args, rewards, context) -> _Stats:
     """rollouts.parquet and quarantine.jsonl (each whole or absent), then ingest.json last:
     a reader that finds the summary finds the outputs it describes."""
     from pipeline.build import out_dir
@@ -87,7 +89,7 @@ def _write(out: Path, tasks, args, rewards) -> _Stats:
 
     def write_both(quarantine_tmp: str) -> None:
         with open(quarantine_tmp, "w", encoding="utf-8") as quarantine:
-            rollouts = _ingest(tasks, args, rewards, stats, quarantine)
+            rollouts = _ingest(tasks, args, rewards, stats, quarantine, context)
             write_canonical_parquet(rollouts, out / "rollouts.parquet")
 
     atomic_write(out / "quarantine.jsonl", write_both, private=True)  # raw session text
@@ -95,7 +97,7 @@ def _write(out: Path, tasks, args, rewards) -> _Stats:
     return stats
 
 
-def _ingest(tasks, args, rewards, stats: _Stats, quarantine) -> Iterator:
+def _ingest(tasks, args, rewards, stats: _Stats, quarantine, context) -> Iterator:
     """Rollouts of every planned file; quarantine and counts are written on the way. A
     rollout id seen before is quarantined (the first is kept): it would join its GRPO
     group twice."""
@@ -104,7 +106,6 @@ def _ingest(tasks, args, rewards, stats: _Stats, quarantine) -> Iterator:
     from pipeline.build.progress import console
     from pipeline.build.quarantine import NOT_WRITTEN, StreamQuarantine
     from pipeline.readers.rewards import apply_rewards
-    from pipeline.sources import limits
     from pipeline.sources.intake import ACCEPTED, QUARANTINED, iter_records
 
     show = not args.no_progress and sys.stderr.isatty()
@@ -117,11 +118,10 @@ def _ingest(tasks, args, rewards, stats: _Stats, quarantine) -> Iterator:
         TimeElapsedColumn(),
     )
     first_seen: dict[str, str] = {}
-    options = {"group_by": args.group_by} if args.group_by else {}
 
     # Bounded like a build's (pipeline/build/quarantine.py): five million "{}" lines fit in a
     # 38 KB .jsonl.zst; past the caps entries are counted (quarantine_not_written).
-    bounded = StreamQuarantine(quarantine, limits.current())
+    bounded = StreamQuarantine(quarantine, context.limits)
 
     def reject(path, fmt, line, reason, raw) -> None:
         entry = {"file": str(path), "line": line, "format": fmt, "reason": reason}
@@ -137,7 +137,7 @@ def _ingest(tasks, args, rewards, stats: _Stats, quarantine) -> Iterator:
             # A session in several files is read together and accounted for under its
             # first file: its lines are checked against all its files' lines.
             path = Path(task.path)
-            for record in iter_records(task, reader_options=options):
+            for record in iter_records(task, context=context):
                 kind = {ACCEPTED: "accepted", QUARANTINED: "rejected"}.get(record.kind, "skipped")
                 if kind == "accepted":
                     assert record.rollout is not None  # an accepted record carries its rollout

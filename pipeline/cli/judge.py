@@ -11,42 +11,45 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pipeline.common.errors import UsageError
+from pipeline.sources.read_context import ReadContext
 from schemas.rollout import Rollout
 
 
 def iter_input_rollouts(
-    specs: list[str], fmt: str, rejected: Counter, group_by: str | None = None
+    specs: list[str], fmt: str, rejected: Counter, context: ReadContext | None = None
 ) -> Iterator[Rollout]:
     """Valid rollouts of the inputs, in input order; invalid records are counted by reason
     (the builds quarantine them; judging and auditing only need to say how many)."""
-    return (rollout for _path, rollout in iter_input_sources(specs, fmt, rejected, group_by))
+    return (rollout for _path, rollout in iter_input_sources(specs, fmt, rejected, context))
 
 
 def iter_input_sources(
-    specs: list[str], fmt: str, rejected: Counter, group_by: str | None = None
+    specs: list[str], fmt: str, rejected: Counter, context: ReadContext | None = None
 ) -> Iterator[tuple[str, Rollout]]:
     """``(file path, rollout)`` for every valid rollout of the inputs, in input order, read
-    by ``pipeline.sources.intake`` as the builds read them (``group_by``: as ``--group-by``; the
-    limits in force: ``pipeline.sources.limits``)."""
+    by ``pipeline.sources.intake`` as the builds read them, under ``context`` (the limits
+    and ``--group-by`` of the command line: ``read_context``)."""
     from pipeline.sources.files import plan_tasks, resolve_inputs
     from pipeline.sources.intake import ACCEPTED, QUARANTINED, iter_records
 
-    tasks = plan_tasks(resolve_inputs(specs), fmt, split=False)
-    options = {"group_by": group_by} if group_by else {}
+    context = context or ReadContext()
+    with context.active():  # detection reads under the limits too
+        tasks = plan_tasks(resolve_inputs(specs), fmt, split=False)
+    context.check_readers(t.format for t in tasks)
     for task in tasks:
-        for record in iter_records(task, reader_options=options):
+        for record in iter_records(task, context=context):
             if record.kind == ACCEPTED and record.rollout is not None:
                 yield str(task.path), record.rollout
             elif record.kind == QUARANTINED:
                 rejected[f"{task.path}: {(record.reason or '').split(':')[0]}"] += 1
 
 
-def _use_limits(args) -> None:
-    """The input limits of the command line, as the builds and ``seam ingest`` apply them."""
+def read_context(args) -> ReadContext:
+    """The input limits and ``--group-by`` of the command line, as the builds and ``seam
+    ingest`` read under them."""
     from pipeline.cli.build_rl import limits_from_args
-    from pipeline.sources import limits
 
-    limits.use(limits_from_args(args))
+    return ReadContext.of(limits_from_args(args), args.group_by)
 
 
 def _open_out(path: str):
@@ -79,10 +82,10 @@ def run_judge(args) -> int:
         extras.require("judge-llm", "judge --llm")
     rejected: Counter = Counter()
     console = Console(stderr=True)
-    _use_limits(args)
+    read_context(args)  # its limits refused before any work when out of range
     if args.eval:
         return _run_eval(args, rejected)
-    rollouts = iter_input_rollouts(args.inputs, args.format, rejected, args.group_by)
+    rollouts = iter_input_rollouts(args.inputs, args.format, rejected, read_context(args))
     checks = _checks(args.checks)
     if args.llm:
         findings, failures, usage = _llm_findings(args, rollouts)
@@ -149,7 +152,7 @@ def _run_eval(args, rejected: Counter) -> int:
         raise UsageError(str(exc)) from None
     if args.split:
         labels = [lab for lab in labels if lab.split == args.split]
-    sources = iter_input_sources(args.inputs, args.format, rejected, args.group_by)
+    sources = iter_input_sources(args.inputs, args.format, rejected, read_context(args))
     failures: list = []
     if args.llm:  # calibrate an LLM judge: its findings, scored the same way
         from judge.llm import PROMPT_VERSION, judge_rollouts
@@ -300,7 +303,7 @@ def run_audit(args) -> int:
 
     from judge.audit import aggregate, audit_rollout, audit_table
 
-    _use_limits(args)
+    read_context(args)  # its limits refused before any work when out of range
     target = Path(args.inputs[0])
     if len(args.inputs) == 1 and (target / "manifest.json").exists():
         records = _audits_from_shards(target)
@@ -309,7 +312,7 @@ def run_audit(args) -> int:
 
         rejected: Counter = Counter()
         records = []
-        for rollout in iter_input_rollouts(args.inputs, args.format, rejected, args.group_by):
+        for rollout in iter_input_rollouts(args.inputs, args.format, rejected, read_context(args)):
             if damage(rollout) and not args.keep_damaged:  # as the builds quarantine it
                 rejected[f"{rollout.rollout_id}: damaged log (--keep-damaged audits it)"] += 1
                 continue

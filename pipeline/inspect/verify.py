@@ -58,8 +58,8 @@ from pipeline.build.manifest import InputRecord, Manifest, build_tokenizer
 from pipeline.build.progress import counted
 from pipeline.common.errors import SeamError
 from pipeline.core.render import ChatRenderer, TemplateError, template_message
-from pipeline.sources import limits
 from pipeline.sources.limits import Limits
+from pipeline.sources.read_context import ReadContext
 from schemas.replay import CallView, replay
 from schemas.rollout import Rollout
 
@@ -362,9 +362,9 @@ def _read_inputs(
         names[str(path)] = entry.path
     config = manifest.config
     # read as the build read them: its record limits and its --group-by
-    limits.use(Limits(**config["limits"]) if "limits" in config else Limits())
+    context = ReadContext.of(Limits(**config.get("limits", {})), config.get("group_by"))
     for file, line, rollout in iter_input_records(
-        paths, config.get("format", "auto"), wanted, config.get("group_by")
+        paths, config.get("format", "auto"), wanted, context
     ):
         yield names.get(file, file), line, rollout
 
@@ -373,12 +373,12 @@ def iter_input_rollouts(
     paths: list[Path],
     fmt: str = "auto",
     wanted: set[str] | None = None,
-    group_by: str | None = None,
+    context: ReadContext | None = None,
 ) -> Iterator[Rollout]:
     """The valid rollouts of input files (any reader, through ``pipeline.sources.intake``), in
     input order; only those with an id in ``wanted`` when given (canonical records of
     other ids are not even parsed)."""
-    for _, _, rollout in iter_input_records(paths, fmt, wanted, group_by):
+    for _, _, rollout in iter_input_records(paths, fmt, wanted, context):
         yield rollout
 
 
@@ -386,7 +386,7 @@ def iter_input_records(
     paths: list[Path],
     fmt: str = "auto",
     wanted: set[str] | None = None,
-    group_by: str | None = None,
+    context: ReadContext | None = None,
 ) -> Iterator[tuple[str, int | None, Rollout]]:
     """``iter_input_rollouts`` with each rollout's file and line, named as the build's
     quarantine names them."""
@@ -394,13 +394,15 @@ def iter_input_records(
     from pipeline.sources.intake import iter_records
 
     keep = None if wanted is None else (lambda data: _names_one_of(data, wanted))
-    options = {"group_by": group_by} if group_by else {}
+    context = context or ReadContext()
     # Planned as the build planned them: the files of one session are one task (one
     # rollout per session); whole files (no ranges); a stray file is the build's quarantine.
-    for task in plan_tasks(list(paths), fmt, 1 << 62, walked=frozenset(paths)):
+    with context.active():  # detection reads under the build's limits too
+        tasks = plan_tasks(list(paths), fmt, 1 << 62, walked=frozenset(paths))
+    for task in tasks:
         if task.format == UNRECOGNISED:
             continue
-        for record in iter_records(task, reader_options=options, keep=keep):
+        for record in iter_records(task, context=context, keep=keep):
             read = record.rollout  # quarantined and skipped records: the build's counts
             if read is not None and (wanted is None or read.rollout_id in wanted):
                 yield str(record.file or task.path), record.line, read

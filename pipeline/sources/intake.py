@@ -32,6 +32,7 @@ from pipeline.sources.canonical_io import (
     validate_record,
 )
 from pipeline.sources.files import CANONICAL, UNRECOGNISED, Task
+from pipeline.sources.read_context import ReadContext
 from schemas.rollout import MessageEvent, Rollout
 
 RAW_EXCERPT_LIMIT = 1 << 20  # quarantined raw text kept per record (file + line point to the rest)
@@ -55,20 +56,22 @@ class Record:
 def iter_records(
     task: Task,
     data: bytes | None = None,
-    reader_options: dict | None = None,
+    context: ReadContext | None = None,
     keep: Callable[[bytes], bool] | None = None,
     times: StepTimes | None = None,
 ) -> Iterator[Record]:
-    """The records of one task, in file order. ``data``: the task's bytes when the build
-    fed them (a range of a compressed file); ``reader_options``: options for raw-format
-    readers (``--group-by``); ``keep``: a cheap test of a canonical record's raw bytes,
-    records it rejects are passed over unparsed and unreported (``seam verify`` reads only
-    the rollouts of its sample); ``times``: where the schema validation's seconds go
-    (step ``validate``; the rest is the caller's ``read``)."""
+    """The records of one task, in file order, read under ``context`` (its limits and
+    reader options, e.g. ``--group-by``; None: the defaults). ``data``: the task's bytes
+    when the build fed them (a range of a compressed file); ``keep``: a cheap test of a
+    canonical record's raw bytes, records it rejects are passed over unparsed and
+    unreported (``seam verify`` reads only the rollouts of its sample); ``times``: where
+    the schema validation's seconds go (step ``validate``; the rest is the caller's
+    ``read``)."""
+    context = context or ReadContext()
     if task.format == CANONICAL:
-        yield from _canonical(task, data, keep, times or StepTimes())
+        yield from context.read(_canonical(task, data, keep, times or StepTimes()))
     else:
-        yield from _raw(task, reader_options or {})
+        yield from context.read(_raw(task, context.set_options()))
 
 
 def _canonical(

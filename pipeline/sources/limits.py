@@ -21,13 +21,17 @@ option with a safe default; a record over one is quarantined with the limit name
   rest are counted, not written (``quarantine_not_written`` in the manifest's counts
   and the summary); every record is still counted as quarantined.
 
-The limits in force are per process (``use``): the build sets them before it forks its
-workers and every task sets them again, so readers need no extra argument.
+The limits in force are those of the ``ReadContext`` a command reads under
+(``pipeline/read_context.py``): held in a ``ContextVar``, set only while that context's
+reading runs, so two builds with different limits in one process (threads, or
+generators read in turns) each read under their own. Outside any context: the defaults.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 
 MIB = 1 << 20
@@ -59,22 +63,35 @@ OPTION = {
     "max_quarantine_bytes": "--max-quarantine-mb",
 }
 
-_current = Limits()
-
-
-def use(limits: Limits) -> None:
-    """Make ``limits`` the ones in force in this process."""
-    global _current
-    _current = limits
+# The limits of the reading in progress in this thread or generator step (set by
+# ``ReadContext``); never assigned for the whole process.
+_in_force: ContextVar[Limits] = ContextVar("seam_limits", default=Limits())  # noqa: B039 (frozen)
 
 
 def current() -> Limits:
-    return _current
+    """The limits of the ``ReadContext`` whose reading is running (defaults outside one)."""
+    return _in_force.get()
+
+
+@contextmanager
+def in_force(limits: Limits) -> Iterator[None]:
+    """``limits`` in force for the code run inside (this thread and context only)."""
+    token = _in_force.set(limits)
+    try:
+        yield
+    finally:
+        _in_force.reset(token)
+
+
+def set_in_this_context(limits: Limits) -> None:
+    """Set ``limits`` in the current ``contextvars.Context``: only for a Context made for
+    one reading (``ReadContext.read``), which nothing else runs in."""
+    _in_force.set(limits)
 
 
 def over(name: str, what: str) -> str:
     """The reason for a record over the limit ``name``: the limit, its value, its option."""
-    value = getattr(_current, name)
+    value = getattr(current(), name)
     shown = f"{value / MIB:g} MiB" if name.endswith("_bytes") else str(value)
     return f"{what} exceeds the {name} limit ({shown}; raise it with {OPTION[name]})"
 
@@ -87,7 +104,7 @@ def check_depth(obj: object, raw: bytes | None = None) -> None:
     """Raise ``DepthError`` if ``obj`` (parsed JSON) nests deeper than ``max_depth``.
     Iterative, so the check itself cannot overflow the stack; skipped when ``raw`` (the
     JSON text) has too few brackets to nest that deep, which is most records."""
-    limit = _current.max_depth
+    limit = _in_force.get().max_depth
     if raw is not None and raw.count(b"{") + raw.count(b"[") <= limit:
         return
     stack = [(obj, 1)]

@@ -5,19 +5,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from pipeline.cli import main
-from pipeline.sources import limits
 from tests.readers.util import fixture
 
 GATEWAY_LOG = fixture("chat_completions", "gateway_log.jsonl")
-
-
-@pytest.fixture(autouse=True)
-def _restore_limits(monkeypatch):
-    # the commands set the limits of this process; the next test gets the defaults back
-    monkeypatch.setattr(limits, "_current", limits.current())
 
 
 def _finding_rollouts(tmp_path, *options: str) -> set[str]:

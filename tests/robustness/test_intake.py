@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from pipeline.sources import limits
 from pipeline.sources.files import Task, detect_format
 from pipeline.sources.intake import ACCEPTED, QUARANTINED, iter_records
 from pipeline.sources.limits import MIB, Limits
+from pipeline.sources.read_context import ReadContext
 from tests.robustness.records import good_record, line
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "raw"
@@ -33,22 +33,17 @@ JSONL_FILES = [
 DOCUMENTS = ["openhands/v0_condensation.json", "swe_agent/function_calling.traj"]
 
 
-@pytest.fixture(autouse=True)
-def default_limits():
-    limits.use(Limits())
-    yield
-    limits.use(Limits())
-
-
 def _canonical(path: Path, n: int = 5) -> Path:
     rng = random.Random(1)
     path.write_bytes(b"".join(line(good_record(rng, f"r{i}", "t")) + b"\n" for i in range(n)))
     return path
 
 
-def _read(path: Path, fmt: str | None = None) -> tuple[str, list, list]:
+def _read(
+    path: Path, fmt: str | None = None, limits: Limits | None = None
+) -> tuple[str, list, list]:
     fmt = fmt or detect_format(path)
-    records = list(iter_records(Task(0, str(path), fmt)))
+    records = list(iter_records(Task(0, str(path), fmt), context=ReadContext(limits or Limits())))
     # (line, events): some readers derive ids from the file's bytes, which a BOM changes
     accepted = [(r.line, len(r.rollout.events)) for r in records if r.kind == ACCEPTED]
     quarantined = [(r.line, r.reason) for r in records if r.kind == QUARANTINED]
@@ -114,7 +109,7 @@ def test_deep_nesting_in_one_record_quarantines_that_record_only(tmp_path):
 
 
 def test_a_line_over_the_limit_is_quarantined_naming_it_and_never_held(tmp_path):
-    limits.use(Limits(max_line_bytes=MIB))
+    small = Limits(max_line_bytes=MIB)
     path = _canonical(tmp_path / "c.jsonl", 3)
     rows = path.read_bytes().splitlines()
     rows.insert(1, b'{"rollout_id": "huge", "pad": "' + b"a" * (3 * MIB) + b'"}')
@@ -125,7 +120,7 @@ def test_a_line_over_the_limit_is_quarantined_naming_it_and_never_held(tmp_path)
     ):
         target = tmp_path / name
         target.write_bytes(compress(b"\n".join(rows) + b"\n"))
-        _, accepted, quarantined = _read(target, "canonical")
+        _, accepted, quarantined = _read(target, "canonical", small)
         assert [where for where, _ in accepted] == [1, 3, 4], name
         ((where, reason),) = quarantined
         assert where == 2 and "max_line_bytes limit (1 MiB; raise it with --max-line-mb)" in reason
@@ -135,11 +130,10 @@ def test_decompressed_size_and_message_size_limits_name_themselves(tmp_path):
     path = _canonical(tmp_path / "c.jsonl", 40)
     bomb = tmp_path / "c.jsonl.zst"
     bomb.write_bytes(zstandard.compress(path.read_bytes()))
-    limits.use(Limits(max_decompressed_bytes=len(path.read_bytes()) // 2))
-    _, accepted, quarantined = _read(bomb, "canonical")
+    half = Limits(max_decompressed_bytes=len(path.read_bytes()) // 2)
+    _, accepted, quarantined = _read(bomb, "canonical", half)
     assert 0 < len(accepted) < 40 and "max_decompressed_bytes" in quarantined[-1][1]
-    limits.use(Limits(max_message_bytes=64))
-    _, accepted, quarantined = _read(path)
+    _, accepted, quarantined = _read(path, None, Limits(max_message_bytes=64))
     assert len(accepted) + len(quarantined) == 40 and quarantined
     assert all("max_message_bytes" in reason for _, reason in quarantined)
 
