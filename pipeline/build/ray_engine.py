@@ -13,6 +13,7 @@ node can write (a shared filesystem).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 
 import pyarrow as pa
@@ -60,6 +61,12 @@ class TaskRunner:
         return pa.table(
             [pa.array(indices, pa.int64()), pa.array(results, pa.string())], schema=RESULT_SCHEMA
         )
+
+
+@contextmanager
+def run_on_ray(tasks: list[Task], config: WorkerConfig, build) -> Iterator[Iterator[TaskResult]]:
+    """The ``ray`` engine (``pipeline/build/engines.py``)."""
+    yield run_tasks_on_ray(tasks, config, build.ray_address, build.workers)
 
 
 def run_tasks_on_ray(

@@ -302,8 +302,10 @@ def auto_chunk_bytes(files: list[Path]) -> int:
 
 
 def run_build(config: BuildConfig, command: str = "") -> BuildResult:
+    from pipeline.build.engines import ENGINES
+
     start = StepTimes.clock()
-    if config.engine == "local":
+    if ENGINES[config.engine].owns_cores:
         # Workers own the cores: every process of a local build encodes on one thread.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     check_exclude_fidelity(config.exclude_fidelity)
@@ -549,18 +551,23 @@ def _run_build(
 
 @contextmanager
 def _task_runner(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
-    """Start the tasks and yield an iterator over their results in task order.
+    """Start the tasks on the build's engine and yield an iterator over their results in
+    task order.
 
     Local workers are forked from this process once it has loaded the tokenizer and
     probed the template (``segmenter_for``), so they start with nothing to load. The
     fork happens here, before the progress bar starts its thread. Each worker encodes
     on one thread: the workers own the cores.
     """
-    if config.engine == "ray":
-        from pipeline.build.ray_engine import run_tasks_on_ray
+    from pipeline.build.engines import ENGINES
 
-        yield run_tasks_on_ray(tasks, wconf, config.ray_address, config.workers)
-        return
+    with ENGINES[config.engine].runner()(tasks, wconf, config) as results:
+        yield results
+
+
+@contextmanager
+def run_local(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
+    """The ``local`` engine (``pipeline/build/engines.py``): forked worker processes."""
     segmenter_for(wconf)
     feeder = RangeFeeder()
     workers = min(config.workers, len(tasks))

@@ -8,6 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from pipeline.build.engines import ENGINES, engines_help
 from pipeline.common.errors import UsageError
 from pipeline.sources.limits import MIB, Limits
 
@@ -110,11 +111,9 @@ def add_build_arguments(p) -> None:
     )
     p.add_argument(
         "--engine",
-        choices=["local", "ray"],
+        choices=list(ENGINES),
         default="local",
-        help="local: worker processes on this machine. ray: the same stage functions on Ray Data "
-        "(map_batches over Arrow); needs `pip install 'seam-rl[ray]'` and, on a cluster, an --out "
-        "on a filesystem every node can write. Output is identical for both.",
+        help=engines_help() + " Output is identical for every engine.",
     )
     p.add_argument(
         "--ray-address",
@@ -221,10 +220,12 @@ def config_from_args(args, kind: str):
         raise UsageError("--rows-per-shard must be at least 1")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
-    if args.engine == "ray":
+    engine = ENGINES[args.engine]
+    if engine.extra is not None:
         from pipeline.common import extras
 
-        extras.require("ray", f"{getattr(args, 'command', 'build-rl')} --engine ray")
+        command = getattr(args, "command", "build-rl")
+        extras.require(engine.extra, f"{command} --engine {engine.name}")
     return BuildConfig(
         inputs=args.inputs,
         out=args.out,

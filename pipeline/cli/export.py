@@ -32,6 +32,8 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
+    from pipeline.export_targets import EXPORTS, TRL_MODES
+
     p = sub.add_parser(
         "export",
         help="Export a build for TRL, verl or slime.",
@@ -45,7 +47,7 @@ def register(sub) -> None:
         "(pipeline/export/verl_sft.py, docs/sft.md). See docs/data.md.",
     )
     p.add_argument("dir", help="A build directory (seam build-rl or build-sft).")
-    p.add_argument("--to", required=True, choices=["trl", "verl", "slime"], help="Target trainer.")
+    p.add_argument("--to", required=True, choices=list(EXPORTS), help="Target trainer.")
     p.add_argument(
         "--out",
         required=True,
@@ -53,7 +55,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--mode",
-        choices=["sft", "grpo"],
+        choices=TRL_MODES,
         help="TRL only: sft or grpo columns (default: sft for SFT builds, grpo for RL builds).",
     )
     p.add_argument(

@@ -1,8 +1,11 @@
 """``seam export``: a build directory in the layout another trainer loads.
 
-Targets (one module each): ``trl`` (SFT or GRPO columns, Parquet), ``verl`` (RL dataset
-Parquet with agent-loop token fields), ``slime`` (``Sample`` dicts, JSON lines, and the
-``rollout_0.pt`` that slime's ``--load-debug-rollout-data`` loads). ``max_length`` leaves
+Targets (one module each, registered in ``EXPORTS`` by ``register_export`` as the readers
+are in theirs): ``trl`` (SFT or GRPO columns, Parquet), ``verl`` (RL dataset Parquet with
+agent-loop token fields), ``slime`` (``Sample`` dicts, JSON lines, and the
+``rollout_0.pt`` that slime's ``--load-debug-rollout-data`` loads). What a target takes
+(``--mode``, ``--tokenizer``, an extra) is said by its ``ExportTarget``, so the checks and
+``seam export``'s choices follow the registry instead of naming targets. ``max_length`` leaves
 out rows longer than it, counted (rows, trainable tokens) in ``export.json``, the README
 and the command's output, next to what each common cutoff would keep
 (``lengths.py``). Shards are converted one at a time (memory: one shard), in build order,
@@ -14,9 +17,11 @@ and written atomically (``pipeline.common.atomic``: a temporary name, then renam
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,8 +33,8 @@ from pipeline.build.manifest import Manifest, build_tokenizer
 from pipeline.common import atomic
 from pipeline.common.errors import SeamError
 from pipeline.export import lengths, slime, trl, verl
+from pipeline.export_targets import EXPORTS, ExportTarget, takers
 
-TARGETS = ("trl", "verl", "slime")
 MARKER = "export.json"
 
 
@@ -61,18 +66,21 @@ def export_build(
 ) -> ExportResult:
     build, out = Path(build_dir), Path(out)
     manifest = Manifest.read(build)
-    if target not in TARGETS:
-        raise ExportError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
-    if mode is not None and target != "trl":
-        raise ExportError("--mode only applies to --to trl")
+    spec = EXPORTS.get(target)
+    if spec is None:
+        raise ExportError(f"unknown target {target!r}; choose one of {', '.join(EXPORTS)}")
+    if mode is not None and not spec.modes:
+        raise ExportError(f"--mode only applies to {takers(lambda s: s.modes)}")
     if max_length is not None and max_length < 1:
         raise ExportError("--max-length must be a positive number of tokens")
-    if tokenizer is not None and target != "verl":
-        raise ExportError("--tokenizer only applies to --to verl")
-    if target == "trl":
+    if tokenizer is not None and not spec.uses_tokenizer:
+        raise ExportError(f"--tokenizer only applies to {takers(lambda s: s.uses_tokenizer)}")
+    if spec.modes:
         mode = mode or manifest.stage().trl_mode
-        if mode not in trl.MODES:
-            raise ExportError(f"unknown TRL mode {mode!r}; choose one of {', '.join(trl.MODES)}")
+        if mode not in spec.modes:
+            raise ExportError(
+                f"unknown {spec.name.upper()} mode {mode!r}; choose one of {', '.join(spec.modes)}"
+            )
     shards = [build / name for name in manifest.shards]
     missing = [s.name for s in shards if not s.exists()]
     if missing:
@@ -81,24 +89,21 @@ def export_build(
         )
     # verl's prompt text: decoded with the build's own vocabulary (``build_tokenizer``:
     # the recorded one, else --tokenizer DIR; hashes checked)
-    decoder = build_tokenizer(manifest, tokenizer).backend if target == "verl" else None
-    if target == "slime":
-        _slime_torch()
+    decoder = build_tokenizer(manifest, tokenizer).backend if spec.uses_tokenizer else None
+    if spec.extra is not None:
+        from pipeline.common import extras
+
+        extras.require(spec.extra, f"export --to {spec.name}")
     _prepare(out, overwrite)
     tokens, trainable = lengths.row_lengths(shards)
     table = lengths.length_table(tokens, trainable, extra=max_length)
     over = tokens > max_length if max_length else np.zeros(len(tokens), bool)
     dropped, dropped_trainable = int(over.sum()), int(trainable[over].sum())
     rows = len(tokens) - dropped
-    longest: dict[str, int] = {}
-    if target == "slime":
-        files = _write_slime(shards, out, max_length)
-        schema = None
-    else:
-        files, schema, longest = _write_parquet(shards, out, target, mode, decoder, max_length)
+    files, schema, longest = spec.writer()(shards, out, mode, decoder, max_length)
     lines = lengths.markdown(table, len(tokens), int(trainable.sum()))
-    if target == "verl":
-        lines += ["", verl.lengths_line(longest)]
+    if spec.lengths_line is not None:
+        lines += ["", spec.lengths_line_of(longest)]
     kept = (
         f"--max-length {max_length}: left out {dropped:,} row(s) longer than that, "
         f"{dropped_trainable:,} of {int(trainable.sum()):,} trainable tokens."
@@ -106,7 +111,8 @@ def export_build(
         else "No --max-length: every row is here; set your trainer's maximum length from the "
         "table below (rows longer than it are cut or dropped by the trainer)."
     )
-    _write_text(out / "README.md", _readme(build, target, mode, rows, schema, [kept, "", *lines]))
+    readme = _readme(build, spec, mode, rows, schema, [kept, "", *lines])
+    _write_text(out / "README.md", readme)
     _write_text(
         out / MARKER,
         json.dumps(
@@ -119,7 +125,7 @@ def export_build(
                 "max_length": max_length,
                 "dropped_over_max_length": {"rows": dropped, "trainable_tokens": dropped_trainable},
                 "lengths": table,
-                **({"verl_lengths": longest} if target == "verl" else {}),
+                **({spec.lengths_key: longest} if spec.lengths_key else {}),
                 "source_shard_sha256": manifest.shard_sha256,
             },
             indent=2,
@@ -127,7 +133,7 @@ def export_build(
         )
         + "\n",
     )
-    verl_lengths = longest if target == "verl" else None
+    verl_lengths = longest if spec.lengths_key == "verl_lengths" else None
     return ExportResult(
         out, target, mode, rows, files, dropped, dropped_trainable, table, verl_lengths
     )
@@ -137,14 +143,6 @@ def _within(shard: pa.Table, max_length: int | None) -> pa.Table:
     if max_length is None:
         return shard
     return shard.filter(pc.less_equal(shard["num_tokens"], max_length))
-
-
-def _slime_torch():
-    """``--to slime`` writes rollout_0.pt with torch.save (slime's
-    --load-debug-rollout-data reads it with torch.load): torch comes with the train extra."""
-    from pipeline.common import extras
-
-    extras.require("train", "export --to slime")
 
 
 def _prepare(out: Path, overwrite: bool) -> None:
@@ -160,20 +158,24 @@ def _prepare(out: Path, overwrite: bool) -> None:
 
 
 def _write_parquet(
-    shards: list[Path], out: Path, target: str, mode: str | None, decoder, max_length
+    convert: Callable[[pa.Table, str | None, Any, int], pa.Table],
+    longest_of: Callable[[pa.Table], dict[str, int]] | None,
+    shards: list[Path],
+    out: Path,
+    mode: str | None,
+    decoder,
+    max_length,
 ):
-    """Writes the shards; returns their names, the schema and, for verl, the longest
-    prompt and response (``max_prompt_length``, ``max_response_length``)."""
+    """Writes each shard converted by ``convert(shard, mode, decoder, first row index)``;
+    returns their names, the schema and (``longest_of``: verl) the longest prompt and
+    response (``max_prompt_length``, ``max_response_length``)."""
     files, schema, index = [], None, 0
     longest: dict[str, int] = {}
     for shard_path in shards:
         shard = _within(pq.read_table(shard_path), max_length)
-        if target == "trl":
-            table = trl.sft_table(shard) if mode == "sft" else trl.grpo_table(shard)
-        else:
-            table = verl.verl_table(shard, decoder, index)
-            for key, most in verl.longest(table).items():
-                longest[key] = max(longest.get(key, 0), most)
+        table = convert(shard, mode, decoder, index)
+        for key, most in (longest_of(table) if longest_of else {}).items():
+            longest[key] = max(longest.get(key, 0), most)
         index += shard.num_rows
         schema = table.schema
         write = partial(pq.write_table, table, compression="zstd", row_group_size=256)
@@ -182,7 +184,7 @@ def _write_parquet(
     return files, schema, longest
 
 
-def _write_slime(shards: list[Path], out: Path, max_length) -> list[str]:
+def write_slime(shards: list[Path], out: Path, mode, decoder, max_length) -> tuple:
     """``samples.jsonl`` and ``rollout_0.pt``: ``{"rollout_id": 0, "samples": [...]}``,
     what slime's ``--load-debug-rollout-data DIR/rollout_{rollout_id}.pt`` loads with
     ``torch.load(path.format(rollout_id=0), weights_only=False)["samples"]``."""
@@ -203,48 +205,17 @@ def _write_slime(shards: list[Path], out: Path, max_length) -> list[str]:
         )
 
     atomic.atomic_write(out / name, write_samples)
-    return [name, pt]
+    return [name, pt], None, {}
 
 
 def _write_text(path: Path, text: str) -> None:
     atomic.write_text(path, text)
 
 
-LOADING = {
-    (
-        "trl",
-        "sft",
-    ): '`SFTTrainer(model, train_dataset=load_dataset("parquet", data_dir=OUT, split="train"))`: '
-    "the dataset has `input_ids`, so TRL uses it as tokenized; its collator sets labels to -100 where "
-    "`assistant_masks` (and, with completion_only_loss, `completion_mask`) is 0. The chat template "
-    "is already applied (the tool list included), so no `tools` column is needed; to let TRL template "
-    "itself, use the SFT build's `messages` and `tools` columns (docs/sft.md).",
-    (
-        "trl",
-        "grpo",
-    ): "Rows of the batch `GRPOTrainer` feeds its loss: pad `prompt_ids` on the left and "
-    "`completion_ids`, `completion_mask`, `old_per_token_logps` on the right; `advantages` is one "
-    "float per row, the rollout's shared GRPO advantage (already normalized over its task's rollouts).",
-    (
-        "verl",
-        None,
-    ): "`data.train_files` = these Parquet files (RLHFDataset columns `data_source`, `prompt`, `ability`, "
-    "`reward_model`, `extra_info`); `agent_loop_output` holds verl's `AgentLoopOutput` fields "
-    "(`prompt_ids`, `response_ids`, `response_mask`, `response_logprobs`, `reward_score`, "
-    "`num_turns`), which the `seam_replay` agent loop (pipeline/export/verl_replay.py) returns "
-    "as recorded; docs/training.md has the `main_ppo` recipe. `prompt` is decoded from the "
-    "rendered prompt tokens: its system turn already holds the tool list as the template wrote it.",
-    (
-        "slime",
-        None,
-    ): "`samples.jsonl`: one `Sample.to_dict()` per line; `rollout_0.pt`: the same samples as "
-    '`{"rollout_id": 0, "samples": [...]}`, what slime loads with '
-    "`--load-debug-rollout-data OUT/rollout_{rollout_id}.pt` (one rollout step; segments of a "
-    "rollout share `rollout_id`).",
-}
-
-
-def _readme(build: Path, target: str, mode: str | None, rows: int, schema, length_lines) -> str:
+def _readme(
+    build: Path, spec: ExportTarget, mode: str | None, rows: int, schema, length_lines
+) -> str:
+    target = spec.name
     header = (
         card_header(
             ["seam", "export", target],
@@ -262,7 +233,7 @@ def _readme(build: Path, target: str, mode: str | None, rows: int, schema, lengt
         "",
         f"{rows:,} segments of the seam build `{build}` (its README.md documents them).",
         "",
-        LOADING[(target, mode)],
+        spec.loading[mode],
         "",
         "## Lengths",
         "",
@@ -272,3 +243,21 @@ def _readme(build: Path, target: str, mode: str | None, rows: int, schema, lengt
         "",
     ]
     return "\n".join([*header, "", *body]) if header else "\n".join(body)
+
+
+def write_trl(shards: list[Path], out: Path, mode: str | None, decoder, max_length) -> tuple:
+    """``--to trl``: SFT or GRPO columns (``trl.py``)."""
+
+    def convert(shard, mode, _decoder, _index):
+        return trl.sft_table(shard) if mode == "sft" else trl.grpo_table(shard)
+
+    return _write_parquet(convert, None, shards, out, mode, decoder, max_length)
+
+
+def write_verl(shards: list[Path], out: Path, mode: str | None, decoder, max_length) -> tuple:
+    """``--to verl``: RLHFDataset Parquet with the agent-loop token fields (``verl.py``)."""
+
+    def convert(shard, _mode, decoder, index):
+        return verl.verl_table(shard, decoder, index)
+
+    return _write_parquet(convert, verl.longest, shards, out, mode, decoder, max_length)

@@ -33,7 +33,6 @@ from pipeline.export.tokens import (
     split_lists,
 )
 
-MODES = ("sft", "grpo")
 IDS = ["rollout_id", "task_id", "segment_index"]
 
 SFT_SCHEMA = pa.schema(
