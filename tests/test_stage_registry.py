@@ -4,18 +4,23 @@ code knowing its name; readers of a build resolve its stage from ``manifest.json
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import tomllib
 
 from pipeline.build.run import BuildConfig, run_build
 from pipeline.build.stage import (
+    ENTRY_POINT_GROUP,
+    SHIPPED_ENTRY_POINTS,
     PlainStage,
     UnknownStageError,
     register_stage,
@@ -29,6 +34,7 @@ from schemas.rollout import MessageEvent, Rollout
 from tests.judge.rollouts import Story
 
 TOY = "toy-first-call"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def first_call_only(rollout: Rollout) -> Rollout:
@@ -156,3 +162,32 @@ def test_shipped_stages_resolve_and_read_their_recorded_config():
     assert sft.synthesize_prompt == "Summarize."
     assert sft.drops_segments and not sft.requires_outcome
     assert sft.quarantine_counts == ("corrections_quarantined",)
+
+
+def test_an_installed_package_s_entry_point_registers_its_stage(monkeypatch):
+    """A package that declares ``[project.entry-points."seam.stages"]`` is found without
+    any import of it: the name resolves to its class on first use."""
+    import pipeline.build.stage as stage_module
+
+    point = EntryPoint("toy-installed", f"{__name__}:ToyStage", ENTRY_POINT_GROUP)
+    asked = []
+
+    def entry_points(group):
+        asked.append(group)
+        return [point]
+
+    monkeypatch.setattr(stage_module, "entry_points", entry_points)
+    monkeypatch.delitem(stage_module._REGISTERED, "toy-installed", raising=False)
+    assert stage_class("toy-installed") is ToyStage
+    assert asked == [ENTRY_POINT_GROUP]
+    stage_module._REGISTERED.pop("toy-installed")
+
+
+def test_seam_declares_its_stages_as_entry_points():
+    """pyproject.toml's seam.stages entry points are the ones the registry falls back on
+    (an install made before they existed), and each resolves to a stage class."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    assert declared[ENTRY_POINT_GROUP] == SHIPPED_ENTRY_POINTS
+    for name, target in SHIPPED_ENTRY_POINTS.items():
+        module, _, attr = target.partition(":")
+        assert issubclass(getattr(importlib.import_module(module), attr), PlainStage), name

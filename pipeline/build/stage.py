@@ -23,9 +23,10 @@ and the dataset card resolve the stage from those two (``stage_of_manifest``) an
 what they need — the rollout as the stage built it (``as_built``), whether it drops
 segments, which counts are quarantine entries that are not rollouts, its trainer mode and
 its side datasets — so no command branches on a stage's name and none imports a stage's
-code. A stage is registered by ``register_stage(name, cls)``, by an import string
-(``"package.module:Class"``, imported only when a build of that kind is read), or by a
-``seam.stages`` entry point of an installed package.
+code. A stage is registered by a ``seam.stages`` entry point of an installed package
+(seam's SFT stage is one: the build and readers never import it by name), or in a
+process by ``register_stage(name, cls)`` (a class, or its ``"package.module:Class"``
+import string, imported only when a build of that kind is read).
 """
 
 from __future__ import annotations
@@ -141,12 +142,16 @@ class PlainStage:
 # A registered stage class derives from PlainStage (its defaults, overridden as needed).
 StageClass = type[PlainStage]
 PLAIN = "rl"
-# Stages shipped with seam, by import string: resolving one imports it, nothing else does.
-_REGISTERED: dict[str, StageClass | str] = {
-    PLAIN: PlainStage,
-    "sft": "pipeline.sft.stage:SftStage",
-}
+# Stages registered in this process (``register_stage``); the plain build always is.
+_REGISTERED: dict[str, StageClass | str] = {PLAIN: PlainStage}
+# Installed packages register stages as entry points of this group; seam's own SFT stage
+# is one (pyproject.toml, [project.entry-points."seam.stages"]).
 ENTRY_POINT_GROUP = "seam.stages"
+# seam's own entry points as pyproject.toml declares them, for an install whose package
+# metadata predates them (an editable install made before they existed): used only when
+# the installed metadata has no entry point of that name. tests/test_stage_registry.py
+# checks that the two agree.
+SHIPPED_ENTRY_POINTS: dict[str, str] = {"sft": "pipeline.sft.stage:SftStage"}
 
 
 class UnknownStageError(SeamError, ValueError):
@@ -160,18 +165,19 @@ def register_stage(name: str, stage: StageClass | str) -> None:
 
 
 def stage_class(name: str) -> StageClass:
-    """The stage class registered as ``name``: registered here, else a ``seam.stages``
-    entry point of an installed package."""
+    """The stage class registered as ``name``: registered in this process, else a
+    ``seam.stages`` entry point of an installed package (seam's own included), else one of
+    ``SHIPPED_ENTRY_POINTS``. Resolving a name imports its module; nothing else does."""
     found = _REGISTERED.get(name)
     if found is None:
         points = [p for p in entry_points(group=ENTRY_POINT_GROUP) if p.name == name]
-        if not points:
-            known = ", ".join(sorted(_REGISTERED))
+        found = points[0].value if points else SHIPPED_ENTRY_POINTS.get(name)
+        if found is None:
+            known = ", ".join(sorted({*_REGISTERED, *SHIPPED_ENTRY_POINTS}))
             raise UnknownStageError(
                 f"no seam stage is registered as {name!r} (known: {known}); install the "
                 f"package that provides it (entry point group {ENTRY_POINT_GROUP!r})"
             )
-        found = points[0].value
     if isinstance(found, str):
         module, _, attr = found.partition(":")
         found = getattr(importlib.import_module(module), attr)
