@@ -38,8 +38,14 @@ from judge.chat_client import ChatClient, ChatError
 from judge.history import POST_COMPACTION_CALLS, SUMMARY_FLAGS, compactions
 from judge.rules import ALL_CHECKS, judge_rollout, policy_compacts
 from judge.workspace import steps_in
-from pipeline.sft.attach import executed_output_text
-from schemas.correction import CorrectionType, Evidence, Finding, OmittedItem, Verdict
+from schemas.correction import (
+    CorrectionType,
+    Evidence,
+    Finding,
+    OmittedItem,
+    Verdict,
+    executed_output_text,
+)
 from schemas.replay import replay
 from schemas.rollout import MessageEvent, Rollout
 

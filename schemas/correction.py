@@ -107,7 +107,7 @@ def executed_output_text(call: MessageEvent) -> str:
 
     This one function defines "the executed output" — a correction's ``replacement``
     and ``original`` are texts of this form — for attaching corrections
-    (``judge/attach.py``), for preference pairs, and for anyone who writes correction
+    (``pipeline/sft/attach.py``), for preference pairs, and for anyone who writes correction
     records (the simulator, the gateway's live judge).
     """
     parts = [call.content]

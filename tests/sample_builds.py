@@ -8,9 +8,8 @@ import json
 import pytest
 
 from pipeline.build.run import BuildConfig, run_build
-from pipeline.sft.attach import executed_output_text
 from pipeline.sft.stage import SftStage
-from schemas.correction import Correction
+from schemas.correction import Correction, executed_output_text
 from schemas.rollout import MessageEvent
 from tests.judge.rollouts import Story
 from tests.strategies import log_token_ids

@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 
 from pipeline.core.render import template_message
-from pipeline.sft.attach import attach, executed_output_text
+from pipeline.sft.attach import attach
 from pipeline.simulate import corrections as corr
 from pipeline.simulate.context import Engine
 from pipeline.simulate.rollouts import iter_rollouts
 from pipeline.simulate.run import Job, run
 from pipeline.simulate.summaries import Q_SUM, RESUME_PREFIX
 from pipeline.sources.canonical_io import iter_raw_records, parse_rollout, rollout_to_json
+from schemas.correction import executed_output_text
 from schemas.replay import replay
 from schemas.rollout import Keep, MessageEvent
 

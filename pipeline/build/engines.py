@@ -1,7 +1,7 @@
 """The executors a build's tasks run on (``--engine``), registered like the readers:
 each ``Engine`` names the function that runs a list of tasks and yields their results in
 task order, the install extra it needs, and whether its workers own this machine's cores.
-``pipeline/build.py`` asks the registry instead of branching on the engine's name, and
+``pipeline/build/run.py`` asks the registry instead of branching on the engine's name, and
 ``--engine``'s choices and help come from it. Light on purpose (the runner is named by
 import string), so the command line lists the engines without importing them.
 

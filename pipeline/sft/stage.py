@@ -41,9 +41,10 @@ from pipeline.build.stage import PlainStage
 from pipeline.common.atomic import atomic_write
 from pipeline.core.mask import MaskedSegment
 from pipeline.core.render import template_message
-from pipeline.sft.attach import CorrectionsFile, attach, executed_output_text
+from pipeline.sft.attach import CorrectionsFile, attach
 from pipeline.sft.filters import FilterOptions, over_length, rollout_filter, trim_dangling_call
 from pipeline.sft.synthesize import synthesize_summary_calls
+from schemas.correction import executed_output_text
 from schemas.replay import replay
 from schemas.rollout import Rollout
 

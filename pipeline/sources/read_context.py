@@ -1,4 +1,4 @@
-"""What a command reads its inputs under: the record limits (``pipeline/limits.py``) and
+"""What a command reads its inputs under: the record limits (``pipeline/sources/limits.py``) and
 the readers' options (``--group-by``), passed to the reading instead of set for the
 whole process.
 

@@ -15,7 +15,7 @@ from pipeline.cli import main
 from pipeline.inspect.show.html import render_html
 from pipeline.inspect.show.load import load_view
 from pipeline.inspect.show.terminal import print_view
-from pipeline.sft.attach import executed_output_text
+from schemas.correction import executed_output_text
 from tests.inspect import browser
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from pipeline.sft.attach import CorrectionsFile, attach, executed_output_text
-from schemas.correction import Correction
+from pipeline.sft.attach import CorrectionsFile, attach
+from schemas.correction import Correction, executed_output_text
 from tests.judge.rollouts import Story
 
 SUMMARY = "# Auto Context Summary\nsrc/dates.py indexes s['tz'].\n## Next step\nFix `parse_date` in src/dates.py."

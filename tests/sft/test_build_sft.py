@@ -11,10 +11,9 @@ import pytest
 from judge.rules import RULE_JUDGE
 from pipeline.build.run import BuildConfig, run_build
 from pipeline.core.render import template_message
-from pipeline.sft.attach import executed_output_text
 from pipeline.sft.filters import FilterOptions
 from pipeline.sft.stage import SftStage
-from schemas.correction import Correction
+from schemas.correction import Correction, executed_output_text
 from tests.judge.rollouts import Story
 
 SUMMARY = (
