@@ -33,6 +33,7 @@ import orjson
 
 from pipeline.common.errors import SeamError
 from pipeline.common.step_times import StepTimes
+from pipeline.core.long_text import LONG_TEXT_CHARS, LongTextStats, encode_long
 from schemas.rollout import MessageEvent
 
 ENCODE_CACHE_TOKENS = 4 << 20  # ids kept by encode_many's cache (16 MiB of int32 per process)
@@ -110,6 +111,7 @@ class ChatRenderer:
         self.eos_id = tokenizer.convert_tokens_to_ids(self.eos_text)
         self._encode_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cached_tokens = 0
+        self.long_texts = LongTextStats()  # texts encoded in pieces, and fallbacks
         self.incremental = not full_render and probe_incremental(self)
 
     def _end_of_turn_text(self) -> str:
@@ -235,6 +237,17 @@ class ChatRenderer:
         return self._encode_uncached(texts)
 
     def _encode_uncached(self, texts: list[str]) -> list[np.ndarray]:
+        """A text over ``LONG_TEXT_CHARS`` is encoded alone, in pieces proven to give the
+        same ids (``pipeline/core/long_text.py``); the others in one call."""
+        if any(len(t) > LONG_TEXT_CHARS for t in texts):
+            short = [t for t in texts if len(t) <= LONG_TEXT_CHARS]
+            done = iter(self._encode_uncached(short) if short else [])
+            return [
+                encode_long(self.backend, t, self.long_texts)
+                if len(t) > LONG_TEXT_CHARS
+                else next(done)
+                for t in texts
+            ]
         encode = (
             self.backend.encode_batch_fast
             if hasattr(self.backend, "encode_batch_fast")

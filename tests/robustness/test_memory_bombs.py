@@ -7,6 +7,7 @@ child forked from pytest would start its count at pytest's own size)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import random
@@ -128,19 +129,24 @@ def test_a_flood_of_bad_lines_leaves_a_bounded_quarantine_with_an_exact_count(tm
     assert "verified 2 rollout(s)" in done.stdout
 
 
-# Tokenizes a rollout of COUNT tool outputs of SIZE characters each and prints the peak
-# RSS (KiB) before and after: the growth is what tokenizing the rollout cost.
+# Tokenizes a rollout of COUNT tool outputs of SIZE characters each (log-like text, or
+# one base64 line each with KIND "base64") and prints the peak RSS (KiB) before and
+# after: the growth is what tokenizing the rollout cost.
 _TOKENIZE = """
-import os, resource, sys
+import base64, os, random, resource, sys
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 from pipeline.build.worker import segmenter_with
 from schemas.rollout import Rollout
 count, size = int(sys.argv[1]), int(sys.argv[2])
+kind = sys.argv[3] if len(sys.argv) > 3 else "log"
 segmenter = segmenter_with(None, None)
 block = " ".join(f"line {i}: value = {i * 7919 % 1000} # é 中文" for i in range(4000)) + "\\n"
 events = [{"type": "message", "id": "u", "role": "user", "content": "Read the logs."}]
 for i in range(count):
-    text = (f"file {i}\\n" + block * (size // len(block) + 1))[:size]
+    if kind == "base64":
+        text = base64.b64encode(random.Random(i).randbytes(size * 3 // 4)).decode()
+    else:
+        text = (f"file {i}\\n" + block * (size // len(block) + 1))[:size]
     call = {"id": f"c{i}", "name": "read", "arguments": "{}"}
     events.append({"type": "message", "id": f"a{i}", "role": "assistant", "content": "", "tool_calls": [call]})
     events.append({"type": "message", "id": f"t{i}", "role": "tool", "content": text, "tool_call_id": f"c{i}"})
@@ -176,17 +182,47 @@ def test_a_rollout_of_many_large_messages_is_tokenized_in_bounded_memory(tmp_pat
     )
 
 
+def _five_mb_text(kind: str, i: int) -> str:
+    """5 MiB of log-like text (~1.7 M tokens) or of one base64 line (~3.7 M tokens, the
+    worst case tried: no newline, short pre-tokens)."""
+    if kind == "base64":
+        return base64.b64encode(random.Random(i).randbytes(5 * MIB * 3 // 4)).decode()
+    block = " ".join(f"line {i}: value = {i * 7919 % 1000} # é" for i in range(4000)) + "\n"
+    return (f"file {i}\n" + block * (5 * MIB // len(block) + 1))[: 5 * MIB]
+
+
+def test_one_long_base64_message_is_tokenized_in_pieces_in_bounded_memory(tmp_path):
+    """One 2 MiB base64 line (1.55 M tokens; the tokenizer's worst case tried, ~190 bytes
+    per character at its peak when encoded whole) is encoded in pieces of 128 Ki
+    characters at cuts proven to change no id (``pipeline/core/long_text.py``). Measured: the
+    peak grows by ~23 MB (by ~190 MB when the message was encoded whole)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _TOKENIZE, "1", str(2 * MIB), "base64"],
+        cwd=tmp_path,
+        env=seam_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    before_kb, after_kb, tokens = map(int, done.stdout.split())
+    assert tokens > 1_500_000
+    grown_mb = (after_kb - before_kb) / 1024
+    assert grown_mb < 75, (
+        f"tokenizing one 2 MiB base64 message raised the peak by {grown_mb:.0f} MB"
+    )
+
+
 @pytest.mark.skipif(
     not os.environ.get("SEAM_FUZZ_EXAMPLES"),
-    reason="tokenizes 50 MB (~1 min): runs under make fuzz",
+    reason="tokenizes 50 MB (1-3 min): runs under make fuzz",
 )
-def test_a_build_of_ten_5_mb_messages_stays_under_the_rss_cap(tmp_path):
+@pytest.mark.parametrize("kind", ["log", "base64"])
+def test_a_build_of_ten_5_mb_messages_stays_under_the_rss_cap(tmp_path, kind):
     """The issue's case end to end: one rollout of ten 5 MB tool outputs, built with two
-    workers, under 1.5 GB peak RSS for the build and its workers (was 3.3 GB)."""
+    workers, under 1.5 GB peak RSS for the build and its workers (was 3.3 GB; 1.26 GB
+    log-like and 1.63 GB base64 before long texts were tokenized in pieces)."""
     events = [{"type": "message", "id": "u", "role": "user", "content": "Read the logs."}]
-    block = " ".join(f"line {i}: value = {i * 7919 % 1000} # é" for i in range(4000)) + "\n"
     for i in range(10):
-        text = (f"file {i}\n" + block * (5 * MIB // len(block) + 1))[: 5 * MIB]
         call = {"id": f"c{i}", "name": "read", "arguments": "{}"}
         events.append(
             {
@@ -202,13 +238,14 @@ def test_a_build_of_ten_5_mb_messages_stays_under_the_rss_cap(tmp_path):
                 "type": "message",
                 "id": f"t{i}",
                 "role": "tool",
-                "content": text,
+                "content": _five_mb_text(kind, i),
                 "tool_call_id": f"c{i}",
             }
         )
     events.append({"type": "message", "id": "end", "role": "assistant", "content": "Done."})
     record = {"rollout_id": "r", "task_id": "t", "source": "s", "events": events, "reward": 1.0}
     (tmp_path / "big.jsonl").write_text(json.dumps(record, ensure_ascii=False) + "\n")
+    del events, record
     _build_under_the_rss_cap(tmp_path, "big.jsonl", "--verify", "none")
 
 
