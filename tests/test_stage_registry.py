@@ -191,3 +191,18 @@ def test_seam_declares_its_stages_as_entry_points():
     for name, target in SHIPPED_ENTRY_POINTS.items():
         module, _, attr = target.partition(":")
         assert issubclass(getattr(importlib.import_module(module), attr), PlainStage), name
+
+
+def test_verl_s_sft_dataset_takes_a_build_whose_stage_makes_sft_rows(toy_build, tmp_path):
+    """``pipeline.export.verl_sft.shard_paths`` asks the build's stage, not its name: the
+    toy stage's rows are SFT rows; a plain RL build is refused in one line."""
+    pytest.importorskip("torch")
+    from pipeline.export.verl_sft import shard_paths
+
+    manifest = json.loads((toy_build / "manifest.json").read_text())
+    assert shard_paths(toy_build) == [toy_build / s for s in manifest["shards"]]
+    rl = tmp_path / "rl"
+    rl.mkdir()
+    (rl / "manifest.json").write_text(json.dumps({**manifest, "kind": "rl", "config": {}}))
+    with pytest.raises(ValueError, match="is a seam rl build: SFT on it would train every"):
+        shard_paths(rl)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from pipeline.build.manifest import Manifest
 from pipeline.common.errors import UsageError
 
 
@@ -48,7 +48,7 @@ def run_build_sft(args) -> int:
         corrections_file=args.corrections, filters=filters, synthesize_prompt=prompt
     )
     status = run_configured_build(config, "seam build-sft", args.verify)
-    print_sft_counts(json.loads((Path(args.out) / "manifest.json").read_text())["counts"])
+    print_sft_counts(Manifest.read(args.out).counts)
     return status
 
 

@@ -336,8 +336,9 @@ def run_audit(args) -> int:
 def _audits_from_shards(build_dir: Path) -> list[dict]:
     import duckdb
 
-    manifest = json.loads((build_dir / "manifest.json").read_text())
-    files = [str(build_dir / s) for s in manifest["shards"]]
+    from pipeline.build.manifest import Manifest
+
+    files = [str(build_dir / s) for s in Manifest.read(build_dir).shards]
     con = duckdb.connect()
     names = {
         r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [files]).fetchall()

@@ -35,7 +35,6 @@ docs/sft.md, "verl multi-turn SFT".
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -45,7 +44,7 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset
 
-from pipeline.build.stage import stage_of_manifest
+from pipeline.build.manifest import Manifest
 
 COLUMNS = ["input_ids", "loss_mask"]
 TRUNCATIONS = ("error", "left", "right")
@@ -172,14 +171,11 @@ def shard_paths(parquet_files) -> list[Path]:
         if not item.is_dir():
             paths.append(item)
             continue
-        manifest = item / "manifest.json"
-        if not manifest.is_file():
-            raise ValueError(f"{item} has no manifest.json: not a seam build directory")
-        meta = json.loads(manifest.read_text())
-        if stage_of_manifest(meta).trl_mode != "sft":  # rows the stage meant for SFT
+        manifest = Manifest.read(item)  # none, or unreadable: one line (a ValueError)
+        if manifest.stage().trl_mode != "sft":  # rows the stage meant for SFT
             raise ValueError(
-                f"{item} is a seam {meta.get('kind', 'rl')} build: SFT on it would train every "
+                f"{item} is a seam {manifest.kind} build: SFT on it would train every "
                 "rollout, failed ones included; pass a seam build-sft directory"
             )
-        paths += [item / name for name in meta["shards"]]
+        paths += [item / name for name in manifest.shards]
     return paths

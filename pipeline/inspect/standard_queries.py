@@ -9,11 +9,11 @@ build summary (read, accepted, quarantined, segments, ...) recomputed from the v
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.build.manifest import Manifest
 from pipeline.core.fidelity import COUNT_PREFIX
 from pipeline.core.rows import EXCLUDED, EXCLUDED_PREFIX
 from pipeline.core.witness import GAP_TOKENS, WITNESSED_CALLS
@@ -186,10 +186,8 @@ def build_counts(con, out: Path) -> tuple[Counter, Counter, int]:
     quarantined = con.execute(
         "SELECT count(*) FROM quarantine WHERE record = 'rollout'"
     ).fetchone()[0]
-    manifest_path = out / "manifest.json"
-    manifest_counts = (
-        json.loads(manifest_path.read_text())["counts"] if manifest_path.exists() else {}
-    )
+    # (a directory of shards without a manifest: nothing the manifest counts is known)
+    manifest_counts = Manifest.read(out).counts if (out / "manifest.json").exists() else {}
     empty = manifest_counts.get("rollouts_without_segments", 0)
     counts = Counter(
         read=rollouts + empty + quarantined,
