@@ -84,7 +84,7 @@ out/tiny-model/config.json: $(STAMP)
 	$(BIN)/seam make-tiny-model --out out/tiny-model
 
 train-step: build-rl-shards out/tiny-model/config.json
-	$(BIN)/seam train-step --shards out/rl --model out/tiny-model --steps 2 --device cpu \
+	$(BIN)/seam train-step out/rl --model out/tiny-model --steps 2 --device cpu \
 		--rollouts-per-step 2 --max-step-tokens 16384 --recompute-old-logprobs
 
 ## One self-contained HTML page (plots + standard tables) about out/rl

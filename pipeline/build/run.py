@@ -78,7 +78,7 @@ class BuildConfig:
     format: str = "auto"  # a reader name, "canonical", or "auto" (detected per file)
     tokenizer: str | None = None  # a tokenizer directory; None: the built-in Qwen2.5 one
     chat_template: str | None = None  # a shipped template's name; None: the tokenizer's
-    use_std: bool = True  # GRPO: divide by the group's std (False: --no-std)
+    use_std: bool = True  # GRPO: divide by the group's std (False: --std none)
     std_ddof: int = 0  # 1: the sample std (verl, TRL), 0: the population std
     mask_summaries: bool = False  # summary outputs are not trained
     last_call_only: bool = False  # only the last call of each segment is trained

@@ -1,6 +1,10 @@
+# PYTHON_ARGCOMPLETE_OK
 """``seam``: the command line. Each subcommand lives in its own module under
 ``pipeline/cli/`` (or its package) and exposes ``register(subparsers)``, which
-adds a parser whose ``func`` default runs the command and returns an exit code."""
+adds a parser whose ``func`` default runs the command and returns an exit code.
+``seam --help`` lists the commands in ``COMMAND_ORDER`` (the order of the work: build,
+check, look, use), not in import order. Shell completion: argcomplete
+(``eval "$(register-python-argcomplete seam)"``, README "Command line")."""
 
 from __future__ import annotations
 
@@ -33,6 +37,29 @@ COMMAND_MODULES = [
     "pipeline.cli.hooks",
 ]
 
+# How ``seam --help`` lists the commands: build, check and inspect a build, use it, then
+# the tools around it. A command missing here is listed last.
+COMMAND_ORDER = [
+    "build-rl",
+    "build-sft",
+    "ingest",
+    "verify",
+    "stats",
+    "sql",
+    "show",
+    "view",
+    "report",
+    "export",
+    "train-step",
+    "make-tiny-model",
+    "judge",
+    "audit",
+    "simulate",
+    "gateway",
+    "hooks",
+    "schema",
+]
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised in the main thread like SIGINT's KeyboardInterrupt, so
@@ -63,11 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    # The help lists the commands in the order of ``_choices_actions`` (argparse's list
+    # of the sub-commands' help lines).
+    rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+    sub._choices_actions.sort(key=lambda a: rank.get(a.dest, len(rank)))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    _complete(parser)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -101,6 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"seam {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Answer a shell's completion request (argcomplete: only when the shell hook set
+    ``_ARGCOMPLETE``; it prints the completions and exits) and return otherwise."""
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    import argcomplete
+
+    argcomplete.autocomplete(parser)
 
 
 def _stdout_reader_left() -> bool:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from pipeline.build.engines import ENGINES, engines_help
+from pipeline.cli.aliases import deprecated_alias
 from pipeline.common.errors import UsageError
 from pipeline.sources.limits import MIB, Limits
 
@@ -233,7 +234,7 @@ def config_from_args(args, kind: str):
         format=args.format,
         tokenizer=args.tokenizer,
         chat_template=args.chat_template,
-        use_std=not getattr(args, "no_std", False),
+        use_std=getattr(args, "std", "population") != "none",
         std_ddof=1 if getattr(args, "std", "population") == "sample" else 0,
         mask_summaries=args.mask_summaries,
         last_call_only=args.last_call_only,
@@ -395,15 +396,12 @@ def register(sub) -> None:
     )
     add_build_arguments(p)
     p.add_argument(
-        "--no-std",
-        action="store_true",
-        help="Advantage = R - mean(R) over the task group, without dividing by the std (Dr. GRPO style).",
-    )
-    p.add_argument(
         "--std",
-        choices=["population", "sample"],
+        choices=["population", "sample", "none"],
         default="population",
-        help="Std of the GRPO normalization: population (default) or sample (Bessel-corrected, as "
-        "verl and TRL compute it; population advantages are sqrt(G/(G-1)) larger).",
+        help="Std of the GRPO normalization: population (default), sample (Bessel-corrected, as "
+        "verl and TRL compute it; population advantages are sqrt(G/(G-1)) larger), or none: "
+        "advantage = R - mean(R) over the task group, not divided by the std (Dr. GRPO style).",
     )
+    deprecated_alias(p, "--no-std", "--std none", dest="std", const="none")
     p.set_defaults(func=run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.build.manifest import Manifest
+from pipeline.cli.aliases import deprecated_alias
 from pipeline.common.errors import UsageError
 
 
@@ -15,8 +16,8 @@ def run_build_sft(args) -> int:
 
     if args.corrections and not Path(args.corrections).is_file():
         raise UsageError(f"--corrections {args.corrections}: no such file")
-    if args.max_tokens is not None and args.max_tokens < 1:
-        raise UsageError("--max-tokens must be at least 1")
+    if args.max_tokens is not None and args.max_tokens < 1:  # --max-length
+        raise UsageError("--max-length must be at least 1")
     filters = FilterOptions(
         malformed=not args.keep_malformed,
         summary_loops=not args.keep_summary_loops,
@@ -108,11 +109,14 @@ def register_build_sft(sub) -> None:
         help="Keep only rollouts with resolved=true (filtered: unresolved, outcome_unknown).",
     )
     p.add_argument(
-        "--max-tokens",
+        "--max-length",
         type=int,
         default=None,
-        help="Drop segments longer than this many tokens (counted as filtered_over_length_segments).",
+        dest="max_tokens",
+        help="Drop segments longer than this many tokens (counted as filtered_over_length_segments; "
+        "the same meaning as seam export's --max-length).",
     )
+    deprecated_alias(p, "--max-tokens", "--max-length", dest="max_tokens", type=int)
     p.add_argument(
         "--keep-malformed",
         action="store_true",

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
+from pipeline.cli.aliases import deprecated_alias
 from pipeline.common.errors import UsageError
 from pipeline.sources.read_context import ReadContext
 from schemas.rollout import Rollout
@@ -425,11 +426,13 @@ def register(sub) -> None:
         help="Do not send response_format={type: json_object} (for servers that reject it).",
     )
     p.add_argument(
-        "--max-tokens",
+        "--max-answer-tokens",
         type=int,
         default=1024,
+        dest="max_tokens",
         help="Answer length limit per request (default 1024).",
     )
+    deprecated_alias(p, "--max-tokens", "--max-answer-tokens", dest="max_tokens", type=int)
     p.add_argument(
         "--max-context-chars",
         type=int,

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from pipeline.cli.aliases import deprecated_alias
 from pipeline.common.errors import UsageError
 
 
@@ -115,10 +116,13 @@ def register(sub) -> None:
         default=os.cpu_count() or 1,
         help="Worker processes (default: all cores). The output does not depend on it.",
     )
+    formats = ["jsonl", "jsonl.gz", "jsonl.zst", "parquet"]
+    deprecated_alias(p, "--format", "--output-format", dest="format", choices=formats)
     p.add_argument(
-        "--format",
-        choices=["jsonl", "jsonl.gz", "jsonl.zst", "parquet"],
+        "--output-format",
+        choices=formats,
         default=None,
+        dest="format",
         help="Output format (default: from the --out suffix, else jsonl). jsonl.zst uses a long window "
         "and compresses token-id logs best; parquet is seam's canonical Parquet layout.",
     )

@@ -10,6 +10,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+from pipeline.cli.aliases import deprecated_alias
 from pipeline.common.errors import UsageError
 from trainer.flops import H200_BF16_DENSE_PEAK
 
@@ -55,6 +56,9 @@ def _check_model_dir(flag: str, path: str) -> None:
 
 
 def run_train_step(args) -> int:
+    args.shards = args.dir or args.shards
+    if args.shards is None:
+        raise UsageError("seam train-step needs the build directory: seam train-step DIR")
     torch = _require_torch("train-step")
     from rich.console import Console
     from rich.table import Table
@@ -189,8 +193,12 @@ def register(sub) -> None:
         "clipped surrogate normalised per token over the whole batch, clipped value loss. Prints metrics per step.",
     )
     p.add_argument(
-        "--shards", required=True, help="Directory with train-*.parquet RL shards (seam build-rl)."
+        "dir",
+        nargs="?",
+        metavar="DIR",
+        help="A build directory with train-*.parquet RL shards (seam build-rl).",
     )
+    deprecated_alias(p, "--shards", "the build directory as the first argument", dest="shards")
     p.add_argument(
         "--model", required=True, help="Local Hugging Face causal LM directory (the policy)."
     )

@@ -2,7 +2,7 @@
 
 GRPO (over **rollouts**, never over segments):
 
-    A_r = (R_r − mean_{g(r)} R) / (std_{g(r)} R + ε),   ε = 1e-6        (``--no-std``: A_r = R_r − mean)
+    A_r = (R_r − mean_{g(r)} R) / (std_{g(r)} R + ε),   ε = 1e-6        (``--std none``: A_r = R_r − mean)
 
 where g(r) is the rollout's task group and std is the population standard deviation
 (``--std sample``: the sample std with Bessel's correction, as verl and TRL compute it;

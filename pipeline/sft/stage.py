@@ -126,7 +126,7 @@ class SftStage(PlainStage):
         for name, dtype, doc in SFT_COLUMNS
     ]
     requires_outcome = False  # SFT rows need no reward
-    drops_segments = True  # the length filter (--max-tokens) leaves segments out
+    drops_segments = True  # the length filter (--max-length) leaves segments out
     quarantine_counts = ("corrections_quarantined",)  # corrections are not rollouts
     trl_mode = "sft"
     side_datasets = {"pairs": "preference pairs"}  # pairs/pairs-*.parquet

@@ -87,7 +87,7 @@ def test_version_has_one_source(capsys):
         (["report", "{tmp}", "--html", "{tmp}/r.html"], "matplotlib", "report", "report"),
         (["judge", "data/sample", "--llm", "http://127.0.0.1:9/v1", "--model", "m"], "tenacity", "judge-llm", "judge --llm"),
         (["make-tiny-model", "--out", "{tmp}/m"], "torch", "train", "make-tiny-model"),
-        (["train-step", "--shards", "{tmp}", "--model", "{tmp}"], "torch", "train", "train-step"),
+        (["train-step", "{tmp}", "--model", "{tmp}"], "torch", "train", "train-step"),
         (["build-rl", "data/sample", "--out", "{tmp}/b", "--engine", "ray"], "ray", "ray", "build-rl --engine ray"),
     ],
 )  # fmt: skip

@@ -26,7 +26,6 @@ def test_make_tiny_model_then_two_train_steps_print_a_metrics_row_each(tmp_path,
     )
     argv = [
         "train-step",
-        "--shards",
         str(tmp_path / "rl"),
         "--model",
         str(tmp_path / "model"),
@@ -69,7 +68,6 @@ def test_train_step_reports_a_missing_shard_directory_in_one_line(tmp_path, tiny
         main(
             [
                 "train-step",
-                "--shards",
                 str(tmp_path),
                 "--model",
                 str(tiny_model_dir),
@@ -91,7 +89,6 @@ def test_train_step_refuses_shards_tokenized_for_a_larger_vocabulary(
         main(
             [
                 "train-step",
-                "--shards",
                 str(tmp_path),
                 "--model",
                 str(tiny_model_dir),
