@@ -130,7 +130,10 @@ def looks_canonical(path: Path) -> bool:
     return line.lstrip().startswith(b"{") and b'"rollout_id"' in line and b'"events"' in line
 
 
-def detect_format(path: Path) -> str:
+def detect_input_format(path: Path) -> str:
+    """``--format auto`` for one input file: ``canonical`` for seam's own rollout files,
+    else the one raw reader that recognises it (``readers/detect.py``'s ``detect_format``,
+    which knows only the raw formats)."""
     if looks_canonical(path):
         return CANONICAL
     from pipeline.readers.detect import detect_format as detect_raw
@@ -160,7 +163,7 @@ def plan_tasks(
     sessions: dict[tuple[str, str], int] = {}  # (format, session) → its task's index
     for path in files:
         try:
-            file_format = detect_format(path) if fmt == "auto" else fmt
+            file_format = detect_input_format(path) if fmt == "auto" else fmt
         except InputError:  # readers.detect.FormatError: no reader, or several, claim the file
             if path not in walked:
                 raise

@@ -196,10 +196,10 @@ def _reason(exc: BaseException) -> str:
 
 
 def _why_unrecognised(path: Path) -> str:
-    from pipeline.sources.files import detect_format
+    from pipeline.sources.files import detect_input_format
 
     try:
-        detect_format(path)
+        detect_input_format(path)
     except ValueError as exc:
         return str(exc)
     return f"{path}: format not recognised when the build was planned"

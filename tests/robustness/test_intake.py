@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from pipeline.sources.files import Task, detect_format
+from pipeline.sources.files import Task, detect_input_format
 from pipeline.sources.intake import ACCEPTED, QUARANTINED, iter_records
 from pipeline.sources.limits import MIB, Limits
 from pipeline.sources.read_context import ReadContext
@@ -42,7 +42,7 @@ def _canonical(path: Path, n: int = 5) -> Path:
 def _read(
     path: Path, fmt: str | None = None, limits: Limits | None = None
 ) -> tuple[str, list, list]:
-    fmt = fmt or detect_format(path)
+    fmt = fmt or detect_input_format(path)
     records = list(iter_records(Task(0, str(path), fmt), context=ReadContext(limits or Limits())))
     # (line, events): some readers derive ids from the file's bytes, which a BOM changes
     accepted = [(r.line, len(r.rollout.events)) for r in records if r.kind == ACCEPTED]
