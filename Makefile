@@ -13,8 +13,11 @@ export SEAM_REALWORLD_DIR ?= $(wildcard $(CURDIR)/../shared/realworld)
 export SEAM_REALWORLD_NEW_DIR ?= $(wildcard $(CURDIR)/../shared/realworld-new)
 
 SAMPLE := data/sample
+# make test-fast: the core (schemas, segment/mask/rows/advantage property tests, readers' unit tests)
+FAST_TESTS := tests/test_properties.py tests/test_segment_ids.py tests/test_segments_hand_checked.py \
+	tests/test_mask_options.py tests/test_witness.py tests/readers
 
-.PHONY: setup build-rl-shards build-sft test test-wheel test-trainers lint mutate bench fuzz report train-step clean
+.PHONY: setup build-rl-shards build-sft test test-all test-fast test-wheel test-trainers lint mutate bench fuzz report train-step clean
 
 # The main job needs only the core install (no torch, no aiohttp, no matplotlib); tests,
 # training and benchmarks add every extra but trainers (torch==2.13.0 CPU, the gateway's
@@ -41,9 +44,17 @@ build-sft: $(CORE)
 	$(BIN)/seam build-sft $(SAMPLE) --out out/sft --overwrite
 	$(BIN)/seam audit out/sft
 
-## The test suite (hypothesis property tests included)
+## The everyday loop: every test but the slow integration ones (marked `slow`; under 5 min on 2 cores)
 test: $(STAMP)
+	$(BIN)/pytest -m "not slow" --durations=15
+
+## Every test, the slow integration tests included (what CI runs)
+test-all: $(STAMP)
 	$(BIN)/pytest --durations=15
+
+## The core in under a minute: schemas, segment/mask/rows/advantage properties, readers' unit tests
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not slow" $(FAST_TESTS)
 
 ## The wheel: built, installed with extras into a fresh virtualenv (cached in ~/.cache/seam/wheel-venvs),
 ## every README example run from it outside the repository; the extras' one-line refusals

@@ -13,8 +13,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-# The built sample directories (RL and SFT) that the export and inspect tests share.
-pytest_plugins = ["tests.sample_builds"]
+# Session fixtures: the small hand-written RL and SFT builds the export and inspect tests
+# share (tests/sample_builds.py), and the main jobs' builds of data/sample
+# (tests/sample_outputs.py), each built once per session and only read.
+pytest_plugins = ["tests.sample_builds", "tests.sample_outputs"]
 
 
 @cache

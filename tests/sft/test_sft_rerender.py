@@ -1,6 +1,7 @@
 """The SFT rows' ``messages`` + ``tools`` re-render to the row's ``input_ids`` through the
 real tokenizer's own ``apply_chat_template`` (what TRL and verl do when they template a
-conversational dataset), on every row of the committed sample's SFT build.
+conversational dataset), on every row of the committed sample's SFT build (``make
+build-sft``, shared by the session: ``tests/sample_outputs.py``).
 
 A row that does not is explained by its flags or by the tokens themselves:
 ``truncated`` (the last call was cut), ``drift_realigned`` (the logged context disagreed
@@ -13,38 +14,21 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.build.run import BuildConfig, run_build
-from pipeline.sft.stage import SftStage
-
-SAMPLE = Path(__file__).parents[2] / "data" / "sample" / "rollouts.jsonl.zst"
 # The template closes every turn with "<|im_end|>\n"; a row ends at the model's last
 # generated token (the end-of-turn), so the re-render has this one extra newline.
 TRAILER = "\n"
 
 
 @pytest.fixture(scope="module")
-def sample_sft_rows(tmp_path_factory):
-    if not SAMPLE.exists():
-        pytest.skip("data/sample is missing")
-    out = tmp_path_factory.mktemp("sample-sft") / "out"
-    run_build(
-        BuildConfig(
-            inputs=[str(SAMPLE)],
-            out=str(out),
-            kind="sft",
-            workers=1,
-            progress=False,
-            stage=SftStage(),
-        )
-    )
+def sample_sft_rows(sample_outputs):
+    """Every row of ``make build-sft``'s shards (the session's shared build)."""
     return [
         row
-        for shard in sorted(out.glob("train-*.parquet"))
+        for shard in sorted(sample_outputs.sft.glob("train-*.parquet"))
         for row in pq.read_table(shard).to_pylist()
     ]
 

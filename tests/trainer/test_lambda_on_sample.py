@@ -3,34 +3,28 @@
 With V ≡ 0 and R = 1, ``cross_trajectory_gae`` gives each trainable token the share of the
 outcome that reaches it: ``(γλ)^{tokens after it in the rollout}``. With one λ per rollout
 (the default) that share never decreases toward the outcome, on every rollout of
-``data/sample`` built as ``make build-rl-shards`` builds it. The per-segment rule
+``data/sample`` built by ``make build-rl-shards`` (the session's shared build,
+``tests/sample_outputs.py``). The per-segment rule
 (``--lambda-rule segment``) is shown to break this on the same data, so the check can fail.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pipeline.build.run import BuildConfig, run_build
 from trainer.batching import TrainingSegment, read_segments
 from trainer.gae import cross_trajectory_gae, segment_lambda
 from trainer.ppo import PPOConfig
 
-SAMPLE = Path(__file__).parents[2] / "data" / "sample"
-
 
 @pytest.fixture(scope="module")
-def sample_segments(tmp_path_factory) -> dict[str, list[TrainingSegment]]:
-    if not SAMPLE.exists():
-        pytest.skip("data/sample is missing")
-    out = tmp_path_factory.mktemp("sample-rl") / "out"
-    run_build(BuildConfig(inputs=[str(SAMPLE)], out=str(out), workers=1, progress=False))
+def sample_segments(sample_outputs) -> dict[str, list[TrainingSegment]]:
+    """Each rollout's segments in ``make build-rl-shards``'s shards (the session's build)."""
     rollouts: dict[str, list[TrainingSegment]] = defaultdict(list)
-    for seg in read_segments(out):
+    for seg in read_segments(sample_outputs.rl):
         rollouts[seg.rollout_id].append(seg)
     return {r: sorted(segs, key=lambda s: s.segment_index) for r, segs in rollouts.items()}
 
