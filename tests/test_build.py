@@ -268,6 +268,7 @@ def test_read_equals_accepted_plus_quarantined_for_any_mix(tmp_path_factory, ite
     assert len((out / "quarantine.jsonl").read_text().splitlines()) == c["quarantined"]
 
 
+@pytest.mark.slow
 def test_a_compressed_file_is_split_into_ranges_fed_in_order_with_exact_line_numbers(
     tmp_path, sample_rollouts
 ):

@@ -29,6 +29,7 @@ def sample():
     return rollouts if EXHAUSTIVE else rollouts[:16]
 
 
+@pytest.mark.slow
 def test_incremental_equals_full_rendering_on_every_sample_rollout(sample):
     tokenizer = load_build_tokenizer(None, "chatml-tools")
     fast, full = ChatRenderer(tokenizer), ChatRenderer(tokenizer, full_render=True)
@@ -91,6 +92,7 @@ def test_the_default_subset_exercises_every_kind_of_seam_and_drift(sample):
     assert any(c.output_ids and not c.prompt_ids for c in calls)
 
 
+@pytest.mark.slow
 def test_memory_does_not_grow_with_input_size(sample, tmp_path):
     small, large = tmp_path / "small.jsonl", tmp_path / "large.jsonl"
     base = sample[:12]

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from pipeline.build.run import BuildConfig, run_build
 from tests.robustness.records import good_record, line
 
@@ -71,6 +73,7 @@ def in_terminal(args: list[str]) -> str:
     return text
 
 
+@pytest.mark.slow
 def test_the_long_commands_show_their_bars_in_a_terminal(tmp_path):
     source = str(_inputs(tmp_path))
     assert "building" in in_terminal(["build-rl", source, "--out", str(tmp_path / "rl")])

@@ -7,6 +7,9 @@ import pytest
 from pipeline.build.run import BuildConfig, run_build
 from tests.test_build import _rows, sample_rollouts, write_rollouts  # noqa: F401  (fixture reuse)
 
+# A local Ray cluster (~25 s to start and build): make test-all.
+pytestmark = pytest.mark.slow
+
 ray = pytest.importorskip("ray", reason="Ray Data is optional: pip install 'seam-rl[ray]'")
 
 

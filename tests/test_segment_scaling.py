@@ -12,6 +12,8 @@ import cProfile
 import pstats
 import tracemalloc
 
+import pytest
+
 from pipeline.core.rows import RowOptions, masked_segments
 from schemas.replay import CallContext, replay
 from schemas.rollout import Rollout
@@ -65,6 +67,7 @@ def cost(renderer, n: int) -> tuple[int, int]:
     return pstats.Stats(profile).total_calls, peak
 
 
+@pytest.mark.slow
 def test_ten_times_the_calls_in_one_segment_cost_about_ten_times_the_work(renderer):
     (calls_small, peak_small), (calls_big, peak_big) = cost(renderer, 200), cost(renderer, 2000)
     assert calls_big <= RATIO * calls_small, (calls_small, calls_big)
@@ -99,6 +102,7 @@ def verify_cost(tmp_path, n: int) -> int:
     return pstats.Stats(profile).total_calls
 
 
+@pytest.mark.slow
 def test_the_sample_audit_of_ten_times_the_calls_costs_about_ten_times_the_work(tmp_path):
     small, big = verify_cost(tmp_path, 200), verify_cost(tmp_path, 2000)
     assert big <= RATIO * small, (small, big)

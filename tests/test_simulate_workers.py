@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+# Twenty simulator runs with worker processes (~12 s): make test-all.
+pytestmark = pytest.mark.slow
+
 RUNS = 20
 PER_RUN_S = 30  # a run takes about a second on a busy core; a hung one never ends
 ROLLOUTS, WORKERS = 4, 4  # one chunk of 4 tasks: three workers idle at the end, as after

@@ -22,6 +22,7 @@ def _call(command: str) -> str:
     return f"<tool_call>\n{body}\n</tool_call>"
 
 
+@pytest.mark.slow
 def test_mini_swe_agent_session_through_the_gateway_trains_exactly_the_sampled_ids(
     tmp_path, model_server, start_gateway
 ):

@@ -96,6 +96,7 @@ def test_report_renders_in_chromium_with_every_plot_decoded(rl_report, chromium,
         assert image["complete"] and image["width"] >= 300 and image["height"] >= 150, image
 
 
+@pytest.mark.slow
 def test_sft_report_adds_judge_correction_and_audit_plots(sft_build, chromium, tmp_path):
     html = tmp_path / "report.html"
     write_report(sft_build, html)
@@ -115,6 +116,7 @@ def test_report_is_one_file_that_fetches_nothing(rl_report):
         assert forbidden not in text, forbidden
 
 
+@pytest.mark.slow
 def test_report_says_what_it_could_not_plot(rl_build, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(rl_build, copy)

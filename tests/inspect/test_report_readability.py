@@ -41,6 +41,7 @@ def test_wilson_interval_hand_checked():
     assert low == 0.0 and round(high, 4) == 0.1246
 
 
+@pytest.mark.slow
 def test_page_fits_a_420px_viewport_with_2x_plots(rl_build, tmp_path):
     html = tmp_path / "report.html"
     write_report(rl_build, html)

@@ -143,6 +143,7 @@ def test_notebook_display_is_scoped_to_its_own_element(rl_build):
 REALWORLD = os.environ.get("SEAM_REALWORLD_DIR")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REALWORLD, reason="SEAM_REALWORLD_DIR is not set")
 @pytest.mark.parametrize(
     ("path", "compactions", "fidelity"),

@@ -136,6 +136,7 @@ def test_build_rl_audits_a_sample_by_default(rl_build, tmp_path):
     assert "verify" not in json.loads((tmp_path / "unverified" / "manifest.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REALWORLD, reason="SEAM_REALWORLD_DIR is not set")
 def test_verify_passes_on_real_claude_code_and_codex_sessions(tmp_path, capsys):
     real = Path(REALWORLD)

@@ -32,6 +32,7 @@ def links(dom: str) -> list[str]:
     return re.findall(r'href="(/rollout/[^"]+)"', dom)
 
 
+@pytest.mark.slow
 def test_every_rollout_page_is_reachable_from_the_list_without_console_errors(served, tmp_path):
     dom, console = browser.load(served + "/", tmp_path)
     assert console == []
@@ -51,6 +52,7 @@ def test_a_sql_filter_narrows_the_list(served, tmp_path):
     assert "no_such_column" in dom and links(dom) == []
 
 
+@pytest.mark.slow
 def test_the_report_is_served_and_nothing_is_writable(served):
     with urllib.request.urlopen(served + "/report") as response:
         assert response.status == 200 and b"data:image/png;base64," in response.read()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ values = st.recursive(
 records = st.dictionaries(st.text(min_size=1, max_size=6), values, min_size=1, max_size=4)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(records, min_size=2, max_size=4))
 def test_whole_records_run_together_are_all_read(recs):

@@ -22,8 +22,12 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from tests.robustness.conftest import build_command, run_seam, seam_env, snapshot
+
+# Ten kills and reruns of a real build process (~30 s): make test-all (make fuzz runs more).
+pytestmark = pytest.mark.slow
 
 KILLS = int(os.environ.get("SEAM_CRASH_KILLS", "10"))
 TRIGGERS = ("anytime", "locked", "tasks", "shards", "manifest")

@@ -25,6 +25,7 @@ def _without_command(files: dict[str, bytes]) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.slow
 def test_one_worker_writes_the_bytes_two_workers_write(reference, tmp_path):
     options = [o if o != "2" else "1" for o in BUILD_OPTIONS]
     done = run_seam([*SEAM, "build-rl", str(reference.corpus), "--out", "out", *options], tmp_path)
@@ -37,6 +38,7 @@ def test_one_worker_writes_the_bytes_two_workers_write(reference, tmp_path):
     assert _without_command(one) == _without_command(reference.files)
 
 
+@pytest.mark.slow
 def test_a_finished_build_rerun_is_up_to_date_and_untouched(reference, tmp_path):
     shutil.copytree(reference.out, tmp_path / "out")
     done = run_seam(

@@ -60,6 +60,7 @@ def _build_under_the_rss_cap(cwd, *args: str) -> None:
     assert peak_kb < RSS_CAP_KB, f"peak RSS {peak_kb / 1e6:.2f} GB"
 
 
+@pytest.mark.slow
 def test_bombs_are_quarantined_and_the_build_stays_under_the_rss_cap(tmp_path):
     rng = random.Random(7)
     inputs = tmp_path / "in"
@@ -92,6 +93,7 @@ def test_bombs_are_quarantined_and_the_build_stays_under_the_rss_cap(tmp_path):
     assert (tmp_path / "out" / "quarantine.jsonl").stat().st_size < 80 * MIB
 
 
+@pytest.mark.slow
 def test_a_flood_of_bad_lines_leaves_a_bounded_quarantine_with_an_exact_count(tmp_path):
     """A few hundred bytes of ``.jsonl.zst`` holding 30,000 ``{}`` lines (five million
     made a 754 MB quarantine in 4.5 minutes): the quarantine keeps a sample within its
@@ -160,6 +162,7 @@ print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, len(segments[0
 """
 
 
+@pytest.mark.slow
 def test_a_rollout_of_many_large_messages_is_tokenized_in_bounded_memory(tmp_path):
     """Eight 512 KiB tool outputs in one rollout, tokenized a batch of at most 1 MiB at a
     time: the tokenizer's cost per character (~60 bytes kept per encoding, ~130 at its
@@ -212,6 +215,7 @@ def test_one_long_base64_message_is_tokenized_in_pieces_in_bounded_memory(tmp_pa
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("SEAM_FUZZ_EXAMPLES"),
     reason="tokenizes 50 MB (1-3 min): runs under make fuzz",

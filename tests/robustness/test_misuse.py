@@ -24,6 +24,7 @@ def _one_line(stderr: str) -> str:
     return stderr
 
 
+@pytest.mark.slow
 def test_a_second_build_into_a_directory_in_use_refuses_and_the_first_is_unharmed(
     reference, tmp_path
 ):
@@ -134,6 +135,7 @@ FULL_AT = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not _can_mount_tmpfs(), reason="needs unshare and a private tmpfs mount (Linux user namespaces)"
 )

@@ -175,6 +175,7 @@ def _assert_no_canary(*places: Path | str) -> None:
             )
 
 
+@pytest.mark.slow
 def test_api_keys_in_the_environment_never_reach_build_outputs_or_logs(tmp_path, corpus):
     keys = {
         name: CANARY

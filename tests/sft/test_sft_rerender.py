@@ -18,6 +18,9 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 
+# Every row of the sample's SFT build through apply_chat_template (~30 s): make test-all.
+pytestmark = pytest.mark.slow
+
 # The template closes every turn with "<|im_end|>\n"; a row ends at the model's last
 # generated token (the end-of-turn), so the re-render has this one extra newline.
 TRAILER = "\n"

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 151665
 
 
+@pytest.mark.slow
 def test_make_tiny_model_then_two_train_steps_print_a_metrics_row_each(tmp_path, capsys):
     assert main(["make-tiny-model", "--out", str(tmp_path / "model")]) == 0
     write_synthetic_shard(
@@ -114,6 +115,7 @@ def test_seam_help_works_without_torch():
     assert "train-step" in result.stdout and "make-tiny-model" in result.stdout
 
 
+@pytest.mark.slow
 def test_gpu_bench_runs_on_cpu_with_the_tiny_config(capsys):
     spec = importlib.util.spec_from_file_location("gpu_ppo", ROOT / "bench" / "gpu_ppo.py")
     bench = importlib.util.module_from_spec(spec)

@@ -165,11 +165,13 @@ def test_a_step_counts_every_trainable_token_once_and_trains_both_models(trainer
     assert not torch.equal(head_before, t.critic.value_head.weight)
 
 
+@pytest.mark.slow
 def test_a_second_policy_update_measures_how_far_the_first_moved_the_policy(trainer, segments):
     metrics = trainer(policy_updates=2, policy_lr=1e-3).step(segments)
     assert metrics.approx_kl > 0
 
 
+@pytest.mark.slow
 def test_critic_warmup_steps_leave_the_policy_untouched(trainer, segments):
     t = trainer(critic_warmup_steps=1)
     before = [w.detach().clone() for w in t.policy.parameters()]
