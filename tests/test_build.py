@@ -139,8 +139,16 @@ def test_shards_load_unchanged_in_datasets_polars_and_duckdb(tmp_path, sample_ro
     assert n == arrow.num_rows and bad == 0
 
 
-def test_advantages_are_per_rollout_and_sum_to_zero_per_task(tmp_path, sample_rollouts):
-    out, result = build(tmp_path, [_clean(tmp_path, sample_rollouts)])
+@pytest.fixture(scope="module")
+def plain_build(tmp_path_factory, sample_rollouts) -> tuple:
+    """The 24 rollouts built with the default options, once for the module; the tests
+    that only read the default build share it (and must not write into it)."""
+    tmp = tmp_path_factory.mktemp("plain")
+    return build(tmp, [_clean(tmp, sample_rollouts)])
+
+
+def test_advantages_are_per_rollout_and_sum_to_zero_per_task(plain_build):
+    out, result = plain_build
     con = duckdb.connect()
     per_rollout = con.execute(f"""
         SELECT task_id, rollout_id, min(advantage) AS a, max(advantage) AS b, any_value(group_size) AS g
@@ -157,7 +165,12 @@ def test_advantages_are_per_rollout_and_sum_to_zero_per_task(tmp_path, sample_ro
 
 
 def test_more_segments_never_change_a_rollouts_advantage(tmp_path, sample_rollouts):
-    src = _clean(tmp_path, sample_rollouts)
+    # Two tasks of the sample: one with rewards 1, 0, 1, 1 (advantages that are not zero)
+    # and three of its rollouts reasoning, one all 0. The reasoning-dropping template
+    # renders every call in full, so the 24 rollouts cost ~4x as much for the same claim.
+    items = sample_rollouts[4:12]
+    assert len({r.task_id for r in items}) == 2
+    src = _clean(tmp_path, items)
     plain, _ = build(tmp_path, [src], name="plain")
     split, result = build(
         tmp_path, [src], name="split", chat_template="chatml-tools-drop-reasoning"
@@ -167,11 +180,12 @@ def test_more_segments_never_change_a_rollouts_advantage(tmp_path, sample_rollou
     a = duckdb.sql(q.format(plain)).fetchall()
     b = duckdb.sql(q.format(split)).fetchall()
     assert [(r, adv) for r, adv, _ in a] == [(r, adv) for r, adv, _ in b]
+    assert any(adv != 0 for _, adv, _ in a)
     assert sum(n for *_, n in b) > sum(n for *_, n in a)
 
 
-def test_trainable_tokens_after_and_loss_weights_are_consistent(tmp_path, sample_rollouts):
-    out, _ = build(tmp_path, [_clean(tmp_path, sample_rollouts)])
+def test_trainable_tokens_after_and_loss_weights_are_consistent(plain_build):
+    out, _ = plain_build
     df = pl.read_parquet(sorted(out.glob("train-*.parquet")))
     for (_rid,), group in df.group_by(["rollout_id"]):
         group = group.sort("segment_index")
@@ -184,7 +198,9 @@ def test_trainable_tokens_after_and_loss_weights_are_consistent(tmp_path, sample
         assert len(ids) == len(mask) and sum(mask) == n
 
 
-def test_canonical_inputs_in_gzip_zstd_and_parquet_give_identical_shards(tmp_path, sample_rollouts):
+def test_canonical_inputs_in_gzip_zstd_and_parquet_give_identical_shards(
+    tmp_path, sample_rollouts, plain_build
+):
     import zstandard
 
     plain = _clean(tmp_path, sample_rollouts)
@@ -194,13 +210,15 @@ def test_canonical_inputs_in_gzip_zstd_and_parquet_give_identical_shards(tmp_pat
     zst.write_bytes(zstandard.ZstdCompressor().compress(plain.read_bytes()))
     parquet = tmp_path / "r.parquet"
     write_canonical_parquet(sample_rollouts, parquet)
-    base = _rows(build(tmp_path, [plain], name="o0")[0])
+    assert plain.read_bytes() == (plain_build[0].parent / "clean.jsonl").read_bytes()
+    base = _rows(plain_build[0])
     for i, path in enumerate((gz, zst, parquet)):
         assert _rows(build(tmp_path, [path], name=f"o{i + 1}")[0]) == base
 
 
 def test_workers_and_chunking_do_not_change_a_single_byte(tmp_path, sample_rollouts):
-    src = _clean(tmp_path, sample_rollouts * 3)
+    # 8 rollouts three times (18.6 MB planned in 16 KB ranges; each id read three times)
+    src = _clean(tmp_path, sample_rollouts[:8] * 3)
     one, _ = build(tmp_path, [src], name="w1")
     out = tmp_path / "w2"
     run_build(
