@@ -52,11 +52,24 @@ class SampleOutputs:
         return sorted(p for p in (self.workdir / "out").rglob("*") if p.is_file())
 
     def hashes(self) -> dict[str, str]:
-        """``{path under workdir: sha256}`` of every file the main jobs wrote."""
+        """``{path under workdir: sha256}`` of every file the main jobs wrote (machine-free)."""
         return {
-            str(p.relative_to(self.workdir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            str(p.relative_to(self.workdir)): hashlib.sha256(_machine_free(p)).hexdigest()
             for p in self.files()
         }
+
+
+def _machine_free(path: Path) -> bytes:
+    """The file's bytes, with this machine's seam cache folder written as
+    ``$SEAM_CACHE_DIR``: the manifest and the card name the folder the built-in tokenizer
+    was materialised in (``tokenizer.name_or_path``), which is where seam runs, not what
+    it built, so the pin holds on every machine and under any ``SEAM_CACHE_DIR``."""
+    from pipeline.core.tokenizer import cache_dir
+
+    data = path.read_bytes()
+    if path.suffix in (".json", ".md"):
+        data = data.replace(str(cache_dir()).encode(), b"$SEAM_CACHE_DIR")
+    return data
 
 
 def run_main_jobs(workdir: Path) -> SampleOutputs:
