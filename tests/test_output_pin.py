@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import main
+from pipeline.core.tokenizer import cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 PIN = ROOT / "tests" / "pins" / "sample_outputs.json"
@@ -35,10 +36,21 @@ def build_and_hash(workdir: Path) -> dict[str, str]:
             assert main(argv) == 0, argv
     out = workdir / "out"
     return {
-        str(p.relative_to(workdir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        str(p.relative_to(workdir)): hashlib.sha256(_machine_free(p)).hexdigest()
         for p in sorted(out.rglob("*"))
         if p.is_file()
     }
+
+
+def _machine_free(path: Path) -> bytes:
+    """The file's bytes, with this machine's seam cache folder written as
+    ``$SEAM_CACHE_DIR``: the manifest and the card name the folder the built-in tokenizer
+    was materialised in (``tokenizer.name_or_path``), which is where seam runs, not what
+    it built, so the pin holds on every machine and under any ``SEAM_CACHE_DIR``."""
+    data = path.read_bytes()
+    if path.suffix in (".json", ".md"):
+        data = data.replace(str(cache_dir()).encode(), b"$SEAM_CACHE_DIR")
+    return data
 
 
 @pytest.mark.skipif(not (ROOT / "data" / "sample").exists(), reason="data/sample is missing")
@@ -50,3 +62,37 @@ def test_the_main_jobs_write_the_pinned_bytes(tmp_path):
         f"output bytes changed: {changed}; if on purpose, run python tools/pin_outputs.py "
         "and commit the new pin with the change"
     )
+
+
+def test_the_fingerprint_does_not_depend_on_where_the_tokenizer_is_cached(tmp_path, monkeypatch):
+    """Two machines (or two ``SEAM_CACHE_DIR``) holding the same built-in tokenizer build
+    the same thing: the fingerprint hashes what the tokenizer is, not its folder. Before,
+    it hashed ``name_or_path`` too, so a build was never up to date under another cache."""
+    from pipeline.build import worker
+    from pipeline.build.run import BuildConfig, run_build
+    from pipeline.core.tokenizer import load_build_tokenizer, load_tokenizer
+    from tests.sample_builds import no_compaction
+
+    def forget_loaded_tokenizers() -> None:  # the process keeps the first one it loaded
+        worker._SEGMENTERS.clear()
+        load_build_tokenizer.cache_clear()
+        load_tokenizer.cache_clear()
+
+    source = tmp_path / "in.jsonl"
+    source.write_text(no_compaction("r1").build(reward=1.0).model_dump_json() + "\n")
+    fingerprints, folders = [], []
+    try:
+        for name in ("cache-a", "cache-b"):
+            shutil.copytree(cache_dir() / "tokenizers", tmp_path / name / "tokenizers")
+            monkeypatch.setenv("SEAM_CACHE_DIR", str(tmp_path / name))
+            forget_loaded_tokenizers()
+            out = tmp_path / f"out-{name}"
+            run_build(BuildConfig(inputs=[str(source)], out=str(out), workers=1, progress=False))
+            manifest = json.loads((out / "manifest.json").read_text())
+            fingerprints.append(manifest["fingerprint"])
+            folders.append(manifest["tokenizer"]["name_or_path"])
+    finally:
+        monkeypatch.undo()
+        forget_loaded_tokenizers()  # later tests load from the real cache again
+    assert folders[0] != folders[1]  # the two builds did use two folders
+    assert fingerprints[0] == fingerprints[1]

@@ -473,7 +473,9 @@ def _run_build(
     fp_source = json.dumps(
         {
             "config": config.fingerprint_config(),
-            "tokenizer": tok_info,
+            # What the tokenizer is (its hashes), not where this machine keeps it: a cache
+            # folder elsewhere ($SEAM_CACHE_DIR, another HOME) is the same build.
+            "tokenizer": {k: v for k, v in tok_info.items() if k != "name_or_path"},
             "inputs": [i["sha256"] for i in inputs],
             "version": __version__,
         },
