@@ -42,13 +42,29 @@ __all__ = [
 ]
 
 
-def read(path: str | Path, format: str = "auto") -> Iterator[Rollout]:
+def read(
+    path: str | Path, format: str = "auto", quarantine: list[dict] | None = None
+) -> Iterator[Rollout]:
     """The valid canonical rollouts in ``path`` (a file, directory or glob of any input
-    format seam reads), in order; records a build would quarantine are skipped."""
-    from pipeline.inspect.verify import iter_input_rollouts
-    from pipeline.sources.files import resolve_inputs
+    format seam reads), in order, read by the build's steps (``pipeline/build/steps.py``: read
+    → drop duplicates, the first rollout of an id kept). Records a build would quarantine
+    are left out; pass a list as ``quarantine`` to receive their entries (file, line,
+    format, reason), as a build's ``quarantine.jsonl`` holds them."""
+    from pipeline.build.steps import DropDuplicates, Pipeline, ReadRecords, plan_reading
 
-    return iter_input_rollouts(resolve_inputs([str(path)]), format)
+    _files, tasks = plan_reading([str(path)], format)
+    sink = _ListSink([] if quarantine is None else quarantine)
+    return Pipeline(ReadRecords(tasks), [DropDuplicates()], sink).rollouts()
+
+
+class _ListSink:
+    """``seam.read``'s quarantine: entries appended to the caller's list."""
+
+    def __init__(self, entries: list[dict]):
+        self.entries = entries
+
+    def reject(self, rejection) -> None:
+        self.entries.append(rejection.entry())
 
 
 def segment(

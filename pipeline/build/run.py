@@ -44,6 +44,7 @@ from pipeline.build import out_dir
 from pipeline.build.manifest import Manifest, ManifestError
 from pipeline.build.quarantine import NOT_WRITTEN, Share, merge_quarantine
 from pipeline.build.stage import BuildStage, stage_class
+from pipeline.build.steps import FirstSeen, Rejection
 from pipeline.build.worker import (
     TaskResult,
     WorkerConfig,
@@ -697,28 +698,60 @@ def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, comman
 
 
 def _add_up(results: list[TaskResult]):
-    """The tasks' counts added up, then duplicates taken back out (``_duplicates``):
-    counts, seams, skipped, per-file counts, the ordinals left out per task and their
-    quarantine entries."""
-    counts: Counter[str] = Counter()
-    seams: Counter[str] = Counter()
-    skipped: Counter[str] = Counter()
-    per_file: dict[str, Any] = {}
+    """The tasks' counts added up (``BuildStats.merge``), then duplicates taken back out
+    (``_duplicates``, the finalize stage's duplicate rule): counts, seams, skipped,
+    per-file counts, the ordinals left out per task and their quarantine entries."""
+    stats = BuildStats()
     for r in results:
-        counts.update(r.counts)
-        seams.update(r.seams)
-        skipped.update(r.skipped)
-        f = per_file.setdefault(
-            r.file,
-            {"format": r.format, "read": 0, "accepted": 0, "quarantined": 0, "skipped": 0},
-        )
-        for k in ("read", "accepted", "quarantined"):
-            f[k] += r.counts.get(k, 0)
-        f["skipped"] += sum(r.skipped.values())
-        if r.session_files:  # one session's files, read together: counted here
-            f["session_files"] = r.session_files
+        stats.merge(BuildStats.of_task(r))
+    counts, seams, per_file = stats.counts, stats.seams, stats.per_file
     excluded, duplicate_entries = _duplicates(results, counts, seams, per_file)
-    return counts, seams, skipped, per_file, excluded, duplicate_entries
+    return counts, seams, stats.skipped, per_file, excluded, duplicate_entries
+
+
+@dataclass
+class BuildStats:
+    """What tasks report for the manifest, typed: ``counts`` (the manifest's ``counts``:
+    read, accepted, quarantined, tokens, ... and the steps' own counts), ``seams`` (rows
+    per seam kind), ``skipped`` (records that are not model calls, by reason) and
+    ``per_file`` (read, accepted, quarantined, skipped per input file; a session read
+    from several files is counted under its first, which lists the others).
+
+    ``merge`` adds another task's in place (and returns self), keeping a key whose count
+    is 0 (``Counter.update``): the manifest lists the counts the tasks reported, zeros
+    included, so merging in any grouping gives the same bytes."""
+
+    counts: Counter = field(default_factory=Counter)
+    seams: Counter = field(default_factory=Counter)
+    skipped: Counter = field(default_factory=Counter)
+    per_file: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of_task(cls, r: TaskResult) -> BuildStats:
+        counts = r.counts
+        entry: dict[str, Any] = {"format": r.format}
+        entry.update({k: counts.get(k, 0) for k in ("read", "accepted", "quarantined")})
+        entry["skipped"] = sum(r.skipped.values())
+        if r.session_files:  # one session's files, read together: counted here
+            entry["session_files"] = r.session_files
+        return cls(Counter(counts), Counter(r.seams), Counter(r.skipped), {r.file: entry})
+
+    def merge(self, other: BuildStats) -> BuildStats:
+        self.counts.update(other.counts)
+        self.seams.update(other.seams)
+        self.skipped.update(other.skipped)
+        for name, theirs in other.per_file.items():
+            mine = self.per_file.setdefault(
+                name, {"format": theirs["format"], **dict.fromkeys(PER_FILE_COUNTS, 0)}
+            )
+            for k in PER_FILE_COUNTS:
+                mine[k] += theirs[k]
+            if "session_files" in theirs:
+                mine["session_files"] = theirs["session_files"]
+        return self
+
+
+PER_FILE_COUNTS = ("read", "accepted", "quarantined", "skipped")
 
 
 def _duplicates(
@@ -729,14 +762,14 @@ def _duplicates(
     advantages) and taken back out of the counts. Returns the ordinals to leave out of
     the shards, per task, and their quarantine entries."""
     zero_before = {id(c): {k for k, v in c.items() if v == 0} for c in (counts, seams)}
-    first: dict[str, str] = {}
+    seen = FirstSeen()  # the rule every command applies (pipeline/build/steps.py)
     excluded: dict[int, set[int]] = {}
     entries: list[bytes] = []
     for r in results:
         for ordinal, (rid, file, line, own, own_seams) in enumerate(r.rollouts):
             here = f"{file}:{line}" if line is not None else file
-            if rid not in first:
-                first[rid] = here
+            reason = seen.duplicate(rid, here)
+            if reason is None:
                 continue
             excluded.setdefault(r.task, set()).add(ordinal)
             counts.subtract(own)
@@ -744,11 +777,7 @@ def _duplicates(
             seams.subtract(own_seams)
             per_file[r.file]["accepted"] -= 1
             per_file[r.file]["quarantined"] += 1
-            reason = (
-                f"duplicate rollout_id {rid!r}: first at {first[rid]}, again at {here} "
-                "(the first is kept)"
-            )
-            entry = {"file": file, "line": line, "format": r.format, "reason": reason}
+            entry = Rejection(file, line, r.format, reason).entry()
             entries.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
     for counter in (counts, seams):  # what only the copies had is gone, as if never read
         for key in [k for k, v in counter.items() if v == 0 and k not in zero_before[id(counter)]]:

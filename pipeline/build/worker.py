@@ -33,7 +33,16 @@ import pyarrow.compute as pc
 import pyarrow.feather as feather
 
 from pipeline.build.quarantine import NOT_WRITTEN, Share, TaskQuarantine
-from pipeline.build.stage import BuildStage
+from pipeline.build.stage import BuildStage, TaskStage
+from pipeline.build.steps import (
+    DropDamaged,
+    Item,
+    JoinRewards,
+    Pipeline,
+    ReadRecords,
+    Rejection,
+    Step,
+)
 from pipeline.common.atomic import atomic_write, write_text
 from pipeline.common.step_times import StepTimes
 from pipeline.core import fidelity, witness
@@ -49,7 +58,6 @@ from pipeline.core.rows import (
 )
 from pipeline.core.segment import Segmenter
 from pipeline.sources.files import Task
-from pipeline.sources.intake import ACCEPTED, SKIPPED, iter_records
 from pipeline.sources.read_context import ReadContext
 from pipeline.sources.read_hash import recording
 from schemas.rollout import Rollout
@@ -272,160 +280,52 @@ def _run_task(task: Task, config: WorkerConfig, data: bytes | None) -> TaskResul
 def _run_timed_task(
     task: Task, config: WorkerConfig, data: bytes | None, segmenter: Segmenter, times: StepTimes
 ) -> TaskResult:
+    """One task through the build's steps (``pipeline/build/steps.py``): read → join rewards →
+    stage prepare → drop damaged → make rows; then its part files and marker."""
     part_path, quarantine_path, marker = part_paths(config.out, task.index)
-    step = times.step
-    rewards = rewards_for(config.rewards) if config.rewards else None
     task_stage = (
         config.stage.open_task(config.out, task.index) if config.stage is not None else None
     )
-    batch = RowBatch(
-        config.stage.extra_fields if config.stage is not None else (),
-        config.options.require_outcome,
-    )
-    stats: Counter = Counter()
-    skipped: Counter = Counter()
-    seams: Counter = Counter()
-    quarantine = TaskQuarantine(config.quarantine)
-
-    def reject(line, reason, raw, file=None):
-        stats["quarantined"] += 1
-        entry = {"file": file or task.path, "line": line, "format": task.format, "reason": reason}
-        quarantine.add(entry, raw)
-
-    accepted: list[list] = []  # [rollout id, file, line, its counts, its seams] per ordinal
-    ordinal = 0
-    rowless: list[tuple] = []  # accepted rollouts that left no rows
+    sink = BuildSink(TaskQuarantine(config.quarantine))
+    read = ReadRecords([task], config.read, data_for=lambda _task: data)
+    steps: list[Step] = []
+    if config.rewards:
+        steps.append(JoinRewards(rewards_for(config.rewards)))
+    if task_stage is not None:
+        steps.append(StagePrepare(task_stage, sink.quarantine))
+    if not config.options.keep_damaged:
+        steps.append(DropDamaged())
+    rows = MakeRows(segmenter, config.options, task_stage, config.stage)
+    steps.append(rows)
+    pipeline = Pipeline(read, steps, sink, times)
     # Every input block the task reads is hashed as it is read (``read_hash``).
     with recording() as reads:
-        records = iter_records(task, data, config.read, times=times)
-        while True:
-            with step("read"):
-                record = next(records, None)
-            if record is None:
-                break
-            line, file = record.line, record.file
-            if record.kind == SKIPPED:
-                skipped[record.reason] += 1
-                continue
-            stats["read"] += 1
-            if record.kind != ACCEPTED:
-                reject(line, record.reason, record.raw, file)
-                continue
-            rollout = record.rollout
-            assert rollout is not None  # an accepted record carries its rollout
-            if rewards is not None:
-                from pipeline.readers.rewards import apply_rewards
-
-                with step("rewards"):
-                    rollout, matched = apply_rewards(rollout, rewards)
-                stats["rewards_matched" if matched else "rewards_unmatched"] += 1
-            if task_stage is not None:
-                with step("stage"):
-                    rollout, reason, extra_entries = task_stage.prepare(rollout)
-                for entry in extra_entries:
-                    quarantine.add({"file": task.path, "line": line, **entry})
-                if rollout is None:
-                    reject(line, reason, None, file)
-                    continue
-            with step("fidelity"):
-                damaged = fidelity.damage(rollout)
-            if damaged and not config.options.keep_damaged:
-                reject(
-                    line,
-                    f"rollout {rollout.rollout_id}: damaged log ({damaged}); "
-                    "--keep-damaged keeps it, flagged",
-                    None,
-                    file,
-                )
-                continue
-            try:
-                with step("fidelity"):
-                    _check_numbers(rollout, len(segmenter.renderer.tokenizer))
-                with step("segment+mask"):
-                    segments, dropped = masked_segments(rollout, segmenter, config.options)
-                with step("fidelity"):
-                    segments, excluded = exclude_by_fidelity(
-                        rollout, segments, config.options.exclude_fidelity
-                    )
-                if task_stage is not None:
-                    with step("stage"):
-                        segments = [
-                            m for m in segments if task_stage.keep_segment(len(m.segment.tokens))
-                        ]
-                        # The stage's columns first: a rollout rejected there leaves no rows.
-                        extra = task_stage.accept(rollout, segments)
-                else:
-                    extra = None
-                with step("rows"):
-                    batch.add_rollout(rollout, ordinal, segments)
-                    if extra is not None:
-                        batch.add_extra(extra)
-            except (RejectedRollout, TemplateError) as exc:
-                reject(line, f"rollout {rollout.rollout_id}: {exc}", None, file)
-                continue
-            except RecursionError:  # content nested too deep for a recursive walk
-                reject(
-                    line, f"rollout {rollout.rollout_id}: nested too deeply to process", None, file
-                )
-                continue
-            ordinal += 1
-            with step("rows"):  # the rollout's own counts
-                own: Counter = Counter(accepted=1, dropped_truncated_segments=dropped, **excluded)
-                own["segments"] += len(segments)
-                if not segments:
-                    own["rollouts_without_segments"] += 1
-                    # Still a sample of the policy on its task: it stays in its GRPO group, so
-                    # dropping its segments (--drop-truncated) leaves the others' advantages alone.
-                    rowless.append(
-                        (
-                            rollout.rollout_id,
-                            rollout.parent_rollout_id,
-                            rollout.task_id,
-                            _outcome(rollout),
-                            ordinal - 1,
-                        )
-                    )
-                own_seams = Counter(m.segment.seam_kind for m in segments)
-                for m in segments:
-                    own["tokens"] += len(m.segment.tokens)
-                    own["trainable_tokens"] += m.num_trainable_tokens
-                    own["drift_realigned"] += m.segment.drift_realigned
-                    own["calls"] += len(m.segment.spans)
-                for reasons in batch.last_fidelity:
-                    for reason in reasons:
-                        own[f"{fidelity.COUNT_PREFIX}{reason}"] += 1
-                for seen in batch.last_witnesses:  # the second witness (pipeline/core/witness.py)
-                    if seen.witnessed:  # counted only where some log reports usage
-                        own[witness.WITNESSED_CALLS] += seen.witnessed
-                        own[witness.GAP_TOKENS] += seen.gap_tokens or 0
-                stats.update(own)
-                seams.update(own_seams)
-                # Every accepted rollout, by ordinal: the build finds duplicate ids across tasks
-                # and takes a later copy back out (rows, counts, group vote) when it finalizes.
-                accepted.append(
-                    [rollout.rollout_id, file or task.path, line, dict(own), dict(own_seams)]
-                )
-    if task_stage is not None:
-        with step("stage"):
-            stats.update(task_stage.close())
+        for _ in pipeline:
+            pass
+    counts: Counter = Counter()
+    if read.stats.seen:
+        counts["read"] = read.stats.seen
+    if sink.rejected:
+        counts["quarantined"] = sink.rejected
+    counts.update(pipeline.stats.counts())
     part_path.parent.mkdir(parents=True, exist_ok=True)
-    with step("write part"):
-        table = batch.to_table()
+    with times.step("write part"):
+        table = rows.batch.to_table()
         atomic_write(part_path, lambda tmp: feather.write_feather(table, tmp, compression="zstd"))
-        quarantine.write(quarantine_path)  # 0600: raw session text
-        groups = group_table(table, rowless)
-    if quarantine.not_written:
-        stats[NOT_WRITTEN] = quarantine.not_written
+        sink.quarantine.write(quarantine_path)  # 0600: raw session text
+        groups = group_table(table, rows.rowless)
+    if sink.quarantine.not_written:
+        counts[NOT_WRITTEN] = sink.quarantine.not_written
     result = TaskResult(
         task=task.index,
         file=task.path,
         format=task.format,
-        rows=batch.num_rows,
-        counts=dict(stats),
-        skipped=dict(skipped),
-        seams=dict(seams),
+        rows=rows.batch.num_rows,
+        counts=dict(counts),
+        skipped=dict(read.stats.skipped),
+        seams=dict(rows.seams),
         groups=groups,
-        rollouts=accepted,
+        rollouts=rows.accepted,
         # The session's other files, read with this one (counted under it).
         session_files=list(task.paths) if task.paths else None,
         reads={f: {str(i): d for i, d in sorted(b.items())} for f, b in reads.items()},
@@ -433,6 +333,142 @@ def _run_timed_task(
     )
     write_text(marker, result.to_json())
     return result
+
+
+class BuildSink:
+    """A build task's quarantine: each rejection becomes an entry of the task's part of
+    ``quarantine.jsonl`` (within its share) and counts as ``quarantined``."""
+
+    def __init__(self, quarantine: TaskQuarantine) -> None:
+        self.quarantine = quarantine
+        self.rejected = 0
+
+    def reject(self, rejection: Rejection) -> None:
+        self.rejected += 1
+        self.quarantine.add(rejection.entry(), rejection.raw)
+
+
+class StagePrepare(Step):
+    """The build stage's filter (``TaskStage.prepare``, e.g. the SFT stage's corrections
+    and filters): a rollout it leaves out is quarantined under its reason; the records it
+    attaches that cannot be used (corrections) are quarantine entries of their own,
+    counted by the stage. Closing it closes the stage's task (its side files, its counts)."""
+
+    name = timed_as = "stage"
+
+    def __init__(self, task_stage: TaskStage, quarantine: TaskQuarantine) -> None:
+        super().__init__()
+        self.task_stage = task_stage
+        self.quarantine = quarantine
+
+    def process(self, item: Item) -> Item | None:
+        rollout, reason, extra_entries = self.task_stage.prepare(item.rollout)
+        for entry in extra_entries:
+            self.quarantine.add({"file": item.task.path, "line": item.line, **entry})
+        if rollout is None:
+            self.reject(item, reason or "left out by the build stage")
+            return None
+        item.rollout = rollout
+        return item
+
+    def close(self) -> None:
+        self.stats.counts.update(self.task_stage.close())
+
+
+class MakeRows(Step):
+    """Segment + mask + rows: the rollout's masked segments (``pipeline/core/rows.py``), the
+    stage's segment filter and columns, into the task's ``RowBatch``; a rollout that
+    cannot become rows is quarantined with the reason. Counts what the rows hold (tokens,
+    calls, seams...) and lists every accepted rollout by ordinal (``accepted``), for the
+    build's finalize stage. Its parts are timed as ``fidelity`` (number checks,
+    ``--exclude-fidelity``), ``segment+mask``, ``stage`` and ``rows``."""
+
+    name = timed_as = "rows"
+
+    def __init__(
+        self,
+        segmenter: Segmenter,
+        options: RowOptions,
+        task_stage: TaskStage | None,
+        stage: BuildStage | None,
+    ) -> None:
+        super().__init__()
+        self.segmenter = segmenter
+        self.options = options
+        self.task_stage = task_stage
+        self.batch = RowBatch(
+            stage.extra_fields if stage is not None else (), options.require_outcome
+        )
+        self.seams: Counter = Counter()
+        # [rollout id, file, line, its counts, its seams] per ordinal
+        self.accepted: list[list] = []
+        self.rowless: list[tuple] = []  # accepted rollouts that left no rows
+
+    def process(self, item: Item) -> Item | None:
+        rollout = item.rollout
+        task_stage = self.task_stage
+        step = self.times.step
+        ordinal = len(self.accepted)
+        try:
+            with step("fidelity"):
+                _check_numbers(rollout, len(self.segmenter.renderer.tokenizer))
+            with step("segment+mask"):
+                segments, dropped = masked_segments(rollout, self.segmenter, self.options)
+            with step("fidelity"):
+                segments, excluded = exclude_by_fidelity(
+                    rollout, segments, self.options.exclude_fidelity
+                )
+            extra = None
+            if task_stage is not None:
+                with step("stage"):
+                    segments = [
+                        m for m in segments if task_stage.keep_segment(len(m.segment.tokens))
+                    ]
+                    # The stage's columns first: a rollout rejected there leaves no rows.
+                    extra = task_stage.accept(rollout, segments)
+            self.batch.add_rollout(rollout, ordinal, segments)
+            if extra is not None:
+                self.batch.add_extra(extra)
+        except (RejectedRollout, TemplateError) as exc:
+            self.reject(item, f"rollout {rollout.rollout_id}: {exc}")
+            return None
+        except RecursionError:  # content nested too deep for a recursive walk
+            self.reject(item, f"rollout {rollout.rollout_id}: nested too deeply to process")
+            return None
+        own: Counter = Counter(accepted=1, dropped_truncated_segments=dropped, **excluded)
+        own["segments"] += len(segments)
+        if not segments:
+            own["rollouts_without_segments"] += 1
+            # Still a sample of the policy on its task: it stays in its GRPO group, so
+            # dropping its segments (--drop-truncated) leaves the others' advantages alone.
+            self.rowless.append(
+                (
+                    rollout.rollout_id,
+                    rollout.parent_rollout_id,
+                    rollout.task_id,
+                    _outcome(rollout),
+                    ordinal,
+                )
+            )
+        own_seams = Counter(m.segment.seam_kind for m in segments)
+        for m in segments:
+            own["tokens"] += len(m.segment.tokens)
+            own["trainable_tokens"] += m.num_trainable_tokens
+            own["drift_realigned"] += m.segment.drift_realigned
+            own["calls"] += len(m.segment.spans)
+        for reasons in self.batch.last_fidelity:
+            for reason in reasons:
+                own[f"{fidelity.COUNT_PREFIX}{reason}"] += 1
+        for seen in self.batch.last_witnesses:  # the second witness (pipeline/witness.py)
+            if seen.witnessed:  # counted only where some log reports usage
+                own[witness.WITNESSED_CALLS] += seen.witnessed
+                own[witness.GAP_TOKENS] += seen.gap_tokens or 0
+        self.stats.counts.update(own)
+        self.seams.update(own_seams)
+        # Every accepted rollout, by ordinal: the build finds duplicate ids across tasks
+        # and takes a later copy back out (rows, counts, group vote) when it finalizes.
+        self.accepted.append([rollout.rollout_id, item.file, item.line, dict(own), dict(own_seams)])
+        return item
 
 
 def group_table(table: pa.Table, rowless=()) -> dict[str, list]:

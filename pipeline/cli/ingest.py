@@ -11,7 +11,6 @@ JSONL inputs the records accounted for are checked against the file's lines.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import textwrap
@@ -98,15 +97,22 @@ def _write(out: Path, tasks, args, rewards, context) -> _Stats:
 
 
 def _ingest(tasks, args, rewards, stats: _Stats, quarantine, context) -> Iterator:
-    """Rollouts of every planned file; quarantine and counts are written on the way. A
-    rollout id seen before is quarantined (the first is kept): it would join its GRPO
-    group twice."""
+    """Rollouts of every planned file, through ingest's steps (``pipeline/build/steps.py``):
+    read → join rewards → drop duplicates (a rollout id seen before is quarantined, the
+    first is kept: it would join its GRPO group twice). Quarantine and counts are written
+    on the way."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pipeline.build.progress import console
     from pipeline.build.quarantine import NOT_WRITTEN, StreamQuarantine
-    from pipeline.readers.rewards import apply_rewards
-    from pipeline.sources.intake import ACCEPTED, QUARANTINED, iter_records
+    from pipeline.build.steps import (
+        DropDuplicates,
+        JoinRewards,
+        Pipeline,
+        ReadRecords,
+        Rejection,
+        Step,
+    )
 
     show = not args.no_progress and sys.stderr.isatty()
     columns = (
@@ -117,55 +123,50 @@ def _ingest(tasks, args, rewards, stats: _Stats, quarantine, context) -> Iterato
         TextColumn("{task.fields[rollouts]} rollouts"),
         TimeElapsedColumn(),
     )
-    first_seen: dict[str, str] = {}
-
     # Bounded like a build's (pipeline/build/quarantine.py): five million "{}" lines fit in a
     # 38 KB .jsonl.zst; past the caps entries are counted (quarantine_not_written).
     bounded = StreamQuarantine(quarantine, context.limits)
 
-    def reject(path, fmt, line, reason, raw) -> None:
-        entry = {"file": str(path), "line": line, "format": fmt, "reason": reason}
-        before = bounded.not_written
-        bounded.add(entry, raw or "")
-        stats.total[NOT_WRITTEN] += bounded.not_written - before
+    class Sink:
+        def reject(self, rejection: Rejection) -> None:
+            # A session in several files is read together and accounted for under its
+            # first file: its lines are checked against all its files' lines.
+            stats.count(
+                Path(rejection.task_path), rejection.format, "rejected", None, rejection.records
+            )
+            before = bounded.not_written
+            bounded.add(rejection.entry(), rejection.raw or "")
+            stats.total[NOT_WRITTEN] += bounded.not_written - before
+
+    def skipped(task, reason: str, records: int) -> None:
+        stats.count(Path(task.path), task.format, "skipped", reason, records)
 
     with Progress(*columns, console=console, disable=not show) as progress:
         bar = progress.add_task("ingest", total=len(tasks), file="", rollouts=0)
-        for task in tasks:
-            fmt = task.format
-            progress.update(bar, file=Path(task.path).name)
-            # A session in several files is read together and accounted for under its
-            # first file: its lines are checked against all its files' lines.
-            path = Path(task.path)
-            for record in iter_records(task, context=context):
-                kind = {ACCEPTED: "accepted", QUARANTINED: "rejected"}.get(record.kind, "skipped")
-                if kind == "accepted":
-                    assert record.rollout is not None  # an accepted record carries its rollout
-                    rid = record.rollout.rollout_id
-                    here = f"{path}:{record.line}" if record.line else str(path)
-                    if rid in first_seen:
-                        kind = "rejected"
-                        record = dataclasses.replace(
-                            record,
-                            reason=f"duplicate rollout_id {rid!r}: first at {first_seen[rid]}, "
-                            f"again at {here} (the first is kept)",
-                        )
-                    else:
-                        first_seen[rid] = here
-                payload = record.reason if kind == "skipped" else record.rollout
-                stats.count(path, fmt, kind, payload, record.records)
-                if kind == "accepted" and record.rollout is not None:
-                    rollout = record.rollout
-                    if rewards is not None:
-                        rollout, key = apply_rewards(rollout, rewards)
-                        stats.rewards["matched" if key else "unmatched"] += 1
-                    stats.rewrites(fmt, rollout)
-                    progress.update(bar, rollouts=stats.total["accepted"])
-                    yield rollout
-                elif kind == "rejected":
-                    reject(path, fmt, record.line, record.reason, record.raw)
-            stats.check_lines([Path(task.path), *map(Path, task.paths)], fmt)
-            progress.advance(bar)
+
+        def planned():
+            """The tasks, with the per-file accounting once a task's last item is through
+            (the steps pull a task only when every item of the one before has passed)."""
+            for task in tasks:
+                progress.update(bar, file=Path(task.path).name)
+                yield task
+                stats.check_lines([Path(task.path), *map(Path, task.paths)], task.format)
+                progress.advance(bar)
+
+        steps: list[Step] = [JoinRewards(rewards)] if rewards is not None else []
+        steps.append(DropDuplicates())
+        read = ReadRecords(planned(), context, on_skip=skipped)
+        pipeline = Pipeline(read, steps, Sink())
+        for item in pipeline:
+            stats.count(Path(item.task.path), item.format, "accepted", item.rollout, item.records)
+            stats.rewrites(item.format, item.rollout)
+            progress.update(bar, rollouts=stats.total["accepted"])
+            yield item.rollout
+        if rewards is not None:
+            counts = pipeline.stats.counts()
+            for key in ("matched", "unmatched"):
+                if counts[f"rewards_{key}"]:
+                    stats.rewards[key] = counts[f"rewards_{key}"]
 
 
 class _Stats:

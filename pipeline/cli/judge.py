@@ -10,39 +10,76 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
+from pipeline.build.quarantine import StreamQuarantine
 from pipeline.cli.aliases import deprecated_alias
 from pipeline.common.errors import UsageError
 from pipeline.sources.read_context import ReadContext
 from schemas.rollout import Rollout
 
 
-def iter_input_rollouts(
-    specs: list[str], fmt: str, rejected: Counter, context: ReadContext | None = None
-) -> Iterator[Rollout]:
-    """Valid rollouts of the inputs, in input order; invalid records are counted by reason
-    (the builds quarantine them; judging and auditing only need to say how many)."""
-    return (rollout for _path, rollout in iter_input_sources(specs, fmt, rejected, context))
+def iter_input_rollouts(specs: list[str], fmt: str, rejected: Counter, *args, **kwargs):
+    """The rollouts of ``iter_input_sources`` (same arguments), without their paths."""
+    return (rollout for _path, rollout in iter_input_sources(specs, fmt, rejected, *args, **kwargs))
 
 
 def iter_input_sources(
-    specs: list[str], fmt: str, rejected: Counter, context: ReadContext | None = None
+    specs: list[str],
+    fmt: str,
+    rejected: Counter,
+    context: ReadContext | None = None,
+    quarantine: str | None = None,
+    drop_damaged: bool = False,
 ) -> Iterator[tuple[str, Rollout]]:
-    """``(file path, rollout)`` for every valid rollout of the inputs, in input order, read
-    by ``pipeline.sources.intake`` as the builds read them, under ``context`` (the limits
-    and ``--group-by`` of the command line: ``read_context``)."""
-    from pipeline.sources.files import plan_tasks, resolve_inputs
-    from pipeline.sources.intake import ACCEPTED, QUARANTINED, iter_records
+    """``(file path, rollout)`` for every rollout of the inputs that passes the judge's
+    steps (``pipeline/build/steps.py``): read as the builds read them, under ``context``
+    (the limits and ``--group-by`` of the command line: ``read_context``) → drop damaged logs (audit,
+    ``drop_damaged``) → drop duplicate ids. Every quarantined record is counted in
+    ``rejected`` by file and reason, and written to ``quarantine`` (a file, as a build's
+    ``quarantine.jsonl``) when given."""
+    from pipeline.build.steps import (
+        DropDamaged,
+        DropDuplicates,
+        Pipeline,
+        ReadRecords,
+        Step,
+        plan_reading,
+    )
 
     context = context or ReadContext()
-    with context.active():  # detection reads under the limits too
-        tasks = plan_tasks(resolve_inputs(specs), fmt, split=False)
-    context.check_readers(t.format for t in tasks)
-    for task in tasks:
-        for record in iter_records(task, context=context):
-            if record.kind == ACCEPTED and record.rollout is not None:
-                yield str(task.path), record.rollout
-            elif record.kind == QUARANTINED:
-                rejected[f"{task.path}: {(record.reason or '').split(':')[0]}"] += 1
+    _files, tasks = plan_reading(specs, fmt, context)
+    steps: list[Step] = [DropDamaged()] if drop_damaged else []
+    steps.append(DropDuplicates())
+    with _QuarantineFile(quarantine, rejected, context) as sink:
+        pipeline = Pipeline(ReadRecords(tasks, context), steps, sink)
+        for item in pipeline:
+            yield item.task.path, item.rollout
+
+
+class _QuarantineFile:
+    """The judge's and audit's quarantine: counted by file and reason (``rejected``), and
+    written as a build's ``quarantine.jsonl`` to ``path`` when one is given (bounded by the
+    limits in force, like ``seam ingest``'s)."""
+
+    def __init__(self, path: str | None, rejected: Counter, context: ReadContext):
+        self.path = path
+        self.limits = context.limits
+        self.rejected = rejected
+        self.writer: StreamQuarantine | None = None
+
+    def __enter__(self):
+        if self.path is not None:
+            self._handle = open(self.path, "w", encoding="utf-8")
+            self.writer = StreamQuarantine(self._handle, self.limits)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.writer is not None:
+            self._handle.close()
+
+    def reject(self, rejection) -> None:
+        self.rejected[f"{rejection.task_path}: {rejection.reason.split(':')[0]}"] += 1
+        if self.writer is not None:
+            self.writer.add(rejection.entry(), rejection.raw or "")
 
 
 def read_context(args) -> ReadContext:
@@ -86,7 +123,9 @@ def run_judge(args) -> int:
     read_context(args)  # its limits refused before any work when out of range
     if args.eval:
         return _run_eval(args, rejected)
-    rollouts = iter_input_rollouts(args.inputs, args.format, rejected, read_context(args))
+    rollouts = iter_input_rollouts(
+        args.inputs, args.format, rejected, read_context(args), args.quarantine
+    )
     checks = _checks(args.checks)
     if args.llm:
         findings, failures, usage = _llm_findings(args, rollouts)
@@ -153,7 +192,9 @@ def _run_eval(args, rejected: Counter) -> int:
         raise UsageError(str(exc)) from None
     if args.split:
         labels = [lab for lab in labels if lab.split == args.split]
-    sources = iter_input_sources(args.inputs, args.format, rejected, read_context(args))
+    sources = iter_input_sources(
+        args.inputs, args.format, rejected, read_context(args), args.quarantine
+    )
     failures: list = []
     if args.llm:  # calibrate an LLM judge: its findings, scored the same way
         from judge.llm import PROMPT_VERSION, judge_rollouts
@@ -309,14 +350,17 @@ def run_audit(args) -> int:
     if len(args.inputs) == 1 and (target / "manifest.json").exists():
         records = _audits_from_shards(target)
     else:
-        from pipeline.core.fidelity import damage
-
         rejected: Counter = Counter()
         records = []
-        for rollout in iter_input_rollouts(args.inputs, args.format, rejected, read_context(args)):
-            if damage(rollout) and not args.keep_damaged:  # as the builds quarantine it
-                rejected[f"{rollout.rollout_id}: damaged log (--keep-damaged audits it)"] += 1
-                continue
+        # Damaged logs are left out as the builds quarantine them, unless --keep-damaged.
+        for rollout in iter_input_rollouts(
+            args.inputs,
+            args.format,
+            rejected,
+            read_context(args),
+            args.quarantine,
+            drop_damaged=not args.keep_damaged,
+        ):
             records += [
                 {"rollout_id": a.rollout_id, **a.as_struct()} for a in audit_rollout(rollout)
             ]
@@ -529,3 +573,10 @@ def _add_input_arguments(p, metavar: str = "INPUT") -> None:
 
     add_group_by_argument(p)
     add_limit_arguments(p)
+    p.add_argument(
+        "--quarantine",
+        metavar="FILE",
+        help="Write the input records that are left out (unreadable, invalid, duplicate ids; "
+        "for audit also damaged logs) to FILE, one JSON line each with file, line, format and "
+        "reason, as a build's quarantine.jsonl (default: only counted on stderr).",
+    )

@@ -45,7 +45,7 @@ import hashlib
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +56,17 @@ import pyarrow.parquet as pq
 
 from pipeline.build.manifest import InputRecord, Manifest, build_tokenizer
 from pipeline.build.progress import counted
+from pipeline.build.steps import (
+    DUPLICATE_REASON,
+    Collect,
+    DropDamaged,
+    DropDuplicates,
+    Item,
+    Pipeline,
+    ReadRecords,
+    Sink,
+    Step,
+)
 from pipeline.common.errors import SeamError
 from pipeline.core.render import ChatRenderer, TemplateError, template_message
 from pipeline.sources.limits import Limits
@@ -111,6 +122,9 @@ class VerifyResult:
     mismatches: list[Mismatch] = field(default_factory=list)
     by_source: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     by_rollout: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    # What verify's own reading quarantined (entries as in quarantine.jsonl): each one is
+    # checked against the build's file. Not in the manifest.
+    quarantined: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -173,10 +187,19 @@ def verify_build(
     rollouts: dict[str, list[Rollout]] = {}
     positions: list[tuple[str, int | None, str]] = []  # every valid input rollout, in order
     everything = None if mode == "all" else wanted  # "all" also reads rollouts without rows
-    for file, line, rollout in _read_inputs(out, manifest, everything):
+    # The build's steps up to its rows: read → drop damaged → drop duplicates, with the
+    # rollouts the build left out at a step verify does not replay (the stage, the rows)
+    # taken out before the duplicate rule, as the build took them out (``_LeftOutByBuild``).
+    built = _BuildQuarantine.of(out)
+    sink = Collect()
+    steps: list[Step] = [] if config.get("keep_damaged") else [DropDamaged()]
+    steps += [_LeftOutByBuild(built, sink), DropDuplicates()]
+    for file, line, rollout in _read_inputs(out, manifest, everything, sink, steps):
         positions.append((file, line, rollout.rollout_id))
         if rollout.rollout_id in wanted:
             rollouts.setdefault(rollout.rollout_id, []).append(rollout)
+    result.quarantined = sink.entries()
+    result.mismatches.extend(built.missing(result.quarantined, manifest))
     with_rows: Counter = Counter()  # per id, the rollouts of that id that have rows
     rows = _row_groups(shards, wanted)
     for group in counted(rows, progress, len(wanted), f"verifying ({mode})"):
@@ -343,7 +366,11 @@ def input_path(build_dir: Path, entry: InputRecord) -> Path:
 
 
 def _read_inputs(
-    build_dir: Path, manifest: Manifest, wanted: set[str] | None
+    build_dir: Path,
+    manifest: Manifest,
+    wanted: set[str] | None,
+    sink: Sink | None = None,
+    steps: Sequence[Step] = (),
 ) -> Iterator[tuple[str, int | None, Rollout]]:
     """``iter_input_records`` over the build's inputs, each named as the build named it."""
     from pipeline.build.write import file_sha256
@@ -363,10 +390,9 @@ def _read_inputs(
     config = manifest.config
     # read as the build read them: its record limits and its --group-by
     context = ReadContext.of(Limits(**config.get("limits", {})), config.get("group_by"))
-    for file, line, rollout in iter_input_records(
-        paths, config.get("format", "auto"), wanted, context
-    ):
-        yield names.get(file, file), line, rollout
+    yield from iter_input_records(
+        paths, config.get("format", "auto"), wanted, context, sink, steps, names
+    )
 
 
 def iter_input_rollouts(
@@ -387,25 +413,114 @@ def iter_input_records(
     fmt: str = "auto",
     wanted: set[str] | None = None,
     context: ReadContext | None = None,
+    sink: Sink | None = None,
+    steps: Sequence[Step] = (),
+    names: dict[str, str] | None = None,
 ) -> Iterator[tuple[str, int | None, Rollout]]:
     """``iter_input_rollouts`` with each rollout's file and line, named as the build's
-    quarantine names them."""
-    from pipeline.sources.files import UNRECOGNISED, plan_tasks
-    from pipeline.sources.intake import iter_records
+    quarantine names them (``names``: a file's name in the build, when it differs), read by
+    the shared steps (``pipeline/build/steps.py``): ``ReadRecords``, then ``steps``; what they
+    quarantine goes to ``sink`` (else nowhere: the build counted it)."""
+    from pipeline.sources.files import plan_tasks
 
     keep = None if wanted is None else (lambda data: _names_one_of(data, wanted))
-    context = context or ReadContext()
     # Planned as the build planned them: the files of one session are one task (one
-    # rollout per session); whole files (no ranges); a stray file is the build's quarantine.
+    # rollout per session); whole files (no ranges); a stray file is quarantined, as the
+    # build quarantined it.
+    context = context or ReadContext()
     with context.active():  # detection reads under the build's limits too
         tasks = plan_tasks(list(paths), fmt, 1 << 62, walked=frozenset(paths))
-    for task in tasks:
-        if task.format == UNRECOGNISED:
-            continue
-        for record in iter_records(task, context=context, keep=keep):
-            read = record.rollout  # quarantined and skipped records: the build's counts
-            if read is not None and (wanted is None or read.rollout_id in wanted):
-                yield str(record.file or task.path), record.line, read
+    read = ReadRecords(tasks, context, keep=keep, names=names)
+    for item in Pipeline(read, list(steps), sink or Collect()):
+        if wanted is None or item.rollout.rollout_id in wanted:
+            yield item.file, item.line, item.rollout
+
+
+class _BuildQuarantine:
+    """The build's ``quarantine.jsonl``, by place (file, line): what verify's own steps
+    quarantine must be there with the same reason."""
+
+    def __init__(self, entries: list[dict]):
+        self.at: dict[tuple[str, int | None], list[str]] = defaultdict(list)
+        for entry in entries:
+            self.at[(str(entry.get("file")), entry.get("line"))].append(str(entry.get("reason")))
+
+    @classmethod
+    def of(cls, out: Path) -> _BuildQuarantine:
+        path = out / "quarantine.jsonl"
+        if not path.is_file():
+            return cls([])
+        with open(path, encoding="utf-8") as fh:
+            return cls([json.loads(text) for text in fh])
+
+    def take_later_step(self, place: tuple[str, int | None], own: list[str]) -> bool:
+        """Take out (once) an entry at ``place`` for a reason found after reading, at a
+        step verify does not replay (the stage's filter, the rows): not a duplicate, which
+        verify decides itself, nor one of ``own``, the reasons verify's steps gave records
+        at the same place (a reader may reject a record at a rollout's line)."""
+        reasons = self.at.get(place, [])
+        mine = Counter(own)
+        for i, reason in enumerate(reasons):
+            if reason.startswith(DUPLICATE_REASON):
+                continue
+            if mine[reason] > 0:
+                mine[reason] -= 1
+                continue
+            del reasons[i]
+            return True
+        return False
+
+    def missing(self, entries: list[dict], manifest: Manifest) -> list[Mismatch]:
+        """Verify's quarantine entries that the build's file lacks (beyond the entries the
+        build counted past its caps, ``quarantine_not_written``)."""
+        have = Counter((k[0], k[1], r) for k, reasons in self.at.items() for r in reasons)
+        lacking = []
+        for entry in entries:
+            key = (entry["file"], entry["line"], entry["reason"])
+            if have[key] > 0:
+                have[key] -= 1
+            else:
+                lacking.append(entry)
+        not_written = int(manifest.counts.get("quarantine_not_written", 0))
+        if len(lacking) <= not_written:
+            return []
+        return [
+            Mismatch(
+                f"{e['file']}:{e['line']}" if e["line"] is not None else e["file"],
+                -1,
+                "-",
+                None,
+                f"read as the build reads it, this record is quarantined ({e['reason']}), "
+                "but the build's quarantine.jsonl has no such entry",
+            )
+            for e in lacking
+        ]
+
+
+class _LeftOutByBuild(Step):
+    """A rollout the build quarantined at a step verify does not replay (an entry at its
+    place in ``quarantine.jsonl``) leaves verify's steps here, unrecorded: the build's
+    entry is the record of it, and it must not take a later copy's place as the first of
+    its id."""
+
+    name = "left_out_by_build"
+
+    def __init__(self, built: _BuildQuarantine, sink: Collect):
+        super().__init__()
+        self.built = built
+        self.sink = sink  # verify's own rejections so far
+        self.own: dict[tuple[str, int | None], list[str]] = defaultdict(list)
+        self.indexed = 0
+
+    def process(self, item: Item) -> Item | None:
+        for rejection in self.sink.rejections[self.indexed :]:
+            self.own[(rejection.file, rejection.line)].append(rejection.reason)
+        self.indexed = len(self.sink.rejections)
+        place = (item.file, item.line)
+        if self.built.take_later_step(place, self.own.get(place, [])):
+            self.stats.counts["left_out_by_build"] += 1
+            return None
+        return item
 
 
 # A "rollout_id" key and its JSON string value (a parent_rollout_id never matches: the

@@ -63,6 +63,8 @@ def test_a_summary_inserted_by_a_rewrite_is_audited_too():
 def test_seam_judge_and_seam_audit_run_on_rollout_files(tmp_path, capsys):
     path = tmp_path / "in.jsonl"
     rollouts = [explored().compact(s) for s in (GOOD_SUMMARY, NO_NEXT)]
+    for n, story in enumerate(rollouts):  # two ids: a repeated id is quarantined, as in a build
+        story.rollout_id = f"r{n}"
     path.write_text("\n".join(Story.build(r).model_dump_json() for r in rollouts) + "\n")
     out = tmp_path / "findings.jsonl"
     # The state checks are opt-in (below the precision bar on real labels, judge/measured.py).
