@@ -125,11 +125,11 @@ def stage_seconds(src: Path, out: Path) -> float:
     process set up as a build worker (tokenizer already loaded): parse, validate, seams,
     masks, rows, part file."""
     from pipeline.build.run import BuildConfig
-    from pipeline.build.worker import WorkerConfig, run_task, segmenter_for, worker_process_setup
+    from pipeline.build.worker import run_task, segmenter_for, worker_process_setup
     from pipeline.sources.files import Task
 
     worker_process_setup()
-    config = WorkerConfig(str(out), None, None, BuildConfig(inputs=[], out=str(out)).row_options())
+    config = BuildConfig(inputs=[], out=str(out)).worker_config(1)
     segmenter_for(config)
     start = time.perf_counter()
     run_task(Task(0, str(src), "canonical"), config)

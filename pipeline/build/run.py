@@ -103,6 +103,21 @@ class BuildConfig:
     group_by: str | None = None  # chat-completions logs: the field naming a call's rollout
     timings: str | None = None  # --timings FILE: seconds per step as JSON (not an output)
 
+    def worker_config(self, tasks: int) -> WorkerConfig:
+        """What each of the build's ``tasks`` tasks needs of this config (by name, from
+        the fields: ``WorkerConfig`` is not a second list of the options)."""
+        return WorkerConfig(
+            out=self.out,
+            tokenizer=self.tokenizer,
+            chat_template=self.chat_template,
+            options=self.row_options(),
+            rewards=self.rewards,
+            stage=self.stage,
+            read=self.read_context(),
+            # The quarantine is bounded for the whole build, shared by its tasks.
+            quarantine=Share.of(self.limits, tasks),
+        )
+
     def read_context(self) -> ReadContext:
         """What the build reads its inputs under: its limits and ``--group-by``."""
         return ReadContext.of(self.limits, self.group_by)
@@ -519,17 +534,7 @@ def _run_build(
         # From the start: inputs resolved and hashed, tokenizer loaded, tasks planned.
         build_times.add_since("plan", start)
         todo = [t for t in tasks if t.index not in done]
-        wconf = WorkerConfig(
-            config.out,
-            config.tokenizer,
-            config.chat_template,
-            config.row_options(),
-            config.rewards,
-            config.stage,
-            config.read_context(),
-            # The quarantine is bounded for the whole build, shared by its tasks.
-            Share.of(config.limits, len(tasks)),
-        )
+        wconf = config.worker_config(len(tasks))
         tasks_start = StepTimes.clock()
         with (
             recording() as fed,  # the compressed ranges this process reads for the workers
