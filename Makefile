@@ -13,11 +13,11 @@ export SEAM_REALWORLD_DIR ?= $(wildcard $(CURDIR)/../shared/realworld)
 export SEAM_REALWORLD_NEW_DIR ?= $(wildcard $(CURDIR)/../shared/realworld-new)
 
 SAMPLE := data/sample
-# make test-fast: the core (segment/mask/rows/advantage property and hand-checked tests, the
-# typed manifest, the readers' unit tests), -m "not slow"
+# make test-fast: the core (segment/mask/rows/advantage property and hand-checked tests, GAE,
+# the readers' unit tests), -m "not slow"
 FAST_TESTS := tests/test_properties.py tests/test_segment_ids.py tests/test_segments_hand_checked.py \
 	tests/test_mask_options.py tests/test_drop_truncated.py tests/test_witness.py tests/test_fidelity.py \
-	tests/test_manifest.py tests/trainer/test_gae.py tests/readers
+	tests/trainer/test_gae.py tests/readers
 
 .PHONY: setup build-rl-shards build-sft test test-all test-fast test-wheel test-trainers lint mutate bench fuzz report train-step clean
 

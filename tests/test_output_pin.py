@@ -1,62 +1,23 @@
 """The byte pin of the main jobs (issue 24): ``make build-rl-shards`` and ``make build-sft``
 run in-process with the Makefile's own arguments, from a folder laid out like the
-repository, and every file they write must hash to what ``tests/pins/sample_outputs.json``
-holds. A change that alters output on purpose updates the pin in the same commit:
-``python tools/pin_outputs.py`` rewrites it (and prints what changed)."""
+repository (the session's ``sample_outputs``, ``tests/sample_outputs.py``), and every file
+they write must hash to what ``tests/pins/sample_outputs.json`` holds (this machine's cache
+folder written as ``$SEAM_CACHE_DIR``). A change that alters output on purpose updates the
+pin in the same commit: ``python tools/pin_outputs.py`` rewrites it (and prints what
+changed)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
-from pathlib import Path
 
-import pytest
-
-from pipeline.cli import main
 from pipeline.core.tokenizer import cache_dir
-
-ROOT = Path(__file__).resolve().parents[1]
-PIN = ROOT / "tests" / "pins" / "sample_outputs.json"
-# The Makefile's commands (make build-rl-shards; make build-sft, whose audit only reads).
-COMMANDS = [
-    ["build-rl", "data/sample", "--out", "out/rl", "--overwrite"],
-    ["build-sft", "data/sample", "--out", "out/sft", "--overwrite"],
-]
+from tests.sample_outputs import PIN
 
 
-def build_and_hash(workdir: Path) -> dict[str, str]:
-    """Run the main jobs in ``workdir`` (the sample copied to ``data/sample`` there) and
-    return ``{path under workdir: sha256}`` of every file they wrote."""
-    shutil.copytree(ROOT / "data" / "sample", workdir / "data" / "sample")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(workdir)
-        for argv in COMMANDS:
-            patch.setattr("sys.argv", ["seam", *argv])  # the manifest records the command
-            assert main(argv) == 0, argv
-    out = workdir / "out"
-    return {
-        str(p.relative_to(workdir)): hashlib.sha256(_machine_free(p)).hexdigest()
-        for p in sorted(out.rglob("*"))
-        if p.is_file()
-    }
-
-
-def _machine_free(path: Path) -> bytes:
-    """The file's bytes, with this machine's seam cache folder written as
-    ``$SEAM_CACHE_DIR``: the manifest and the card name the folder the built-in tokenizer
-    was materialised in (``tokenizer.name_or_path``), which is where seam runs, not what
-    it built, so the pin holds on every machine and under any ``SEAM_CACHE_DIR``."""
-    data = path.read_bytes()
-    if path.suffix in (".json", ".md"):
-        data = data.replace(str(cache_dir()).encode(), b"$SEAM_CACHE_DIR")
-    return data
-
-
-@pytest.mark.skipif(not (ROOT / "data" / "sample").exists(), reason="data/sample is missing")
-def test_the_main_jobs_write_the_pinned_bytes(tmp_path):
+def test_the_main_jobs_write_the_pinned_bytes(sample_outputs):
     pinned = json.loads(PIN.read_text())
-    got = build_and_hash(tmp_path)
+    got = sample_outputs.hashes()
     changed = sorted(k for k in pinned.keys() | got.keys() if pinned.get(k) != got.get(k))
     assert not changed, (
         f"output bytes changed: {changed}; if on purpose, run python tools/pin_outputs.py "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.test_output_pin import PIN, build_and_hash
+from tests.sample_outputs import PIN, build_and_hash
 
 
 def main() -> int:
