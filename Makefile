@@ -46,7 +46,7 @@ build-sft: $(CORE)
 	$(BIN)/seam build-sft $(SAMPLE) --out out/sft --overwrite
 	$(BIN)/seam audit out/sft
 
-## The everyday loop: every test but the slow integration ones (marked `slow`; under 5 min on 2 cores)
+## The everyday loop: every test but the slow integration ones (marked `slow`; ~7 min on 2 cores)
 test: $(STAMP)
 	$(BIN)/pytest -m "not slow" --durations=15
 
