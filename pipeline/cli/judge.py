@@ -77,9 +77,18 @@ class _QuarantineFile:
             self._handle.close()
 
     def reject(self, rejection) -> None:
-        self.rejected[f"{rejection.task_path}: {rejection.reason.split(':')[0]}"] += 1
+        self.rejected[f"{rejection.task_path}: {_reason_kind(rejection.reason)}"] += 1
         if self.writer is not None:
             self.writer.add(rejection.entry(), rejection.raw or "")
+
+
+def _reason_kind(reason: str) -> str:
+    """A quarantine reason without its details, to count by: ``rollout ID: damaged log``
+    from ``rollout ID: damaged log (lost records); --keep-damaged ...`` (a reason about one
+    rollout names it first), ``invalid JSON`` from ``invalid JSON: Expecting value ...``."""
+    parts = reason.split(":")
+    kind = ":".join(parts[:2]) if reason.startswith("rollout ") and len(parts) > 1 else parts[0]
+    return kind.split(" (")[0].split(";")[0].strip()
 
 
 def read_context(args) -> ReadContext:
