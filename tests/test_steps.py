@@ -190,3 +190,16 @@ def test_the_good_rollouts_pass_every_path(runs):
     # The rewards join counts the same in ingest and in the build.
     assert runs["ingest_rewards"] == {"matched": 1, "unmatched": 7}
     assert (counts["rewards_matched"], counts["rewards_unmatched"]) == (1, 7)
+
+
+def test_verify_agrees_with_a_build_whose_stage_filtered_a_damaged_rollout(tmp_path, capsys):
+    """The build's stage filters before its damage check, so a damaged rollout the SFT
+    stage filters is in quarantine.jsonl under the stage's reason; verify must not call
+    that a missing damage entry (the Claude Code fixtures hold one: off_task and damaged)."""
+    fixtures = Path(__file__).parent / "fixtures" / "raw" / "claude_code"
+    out = tmp_path / "sft"
+    argv = ["build-sft", str(fixtures), "--out", str(out), "--workers", "1", "--no-progress"]
+    assert main([*argv, "--verify", "all"]) == 0, capsys.readouterr().out[-2000:]
+    lines = (out / "quarantine.jsonl").read_text().splitlines()
+    reasons = [json.loads(line)["reason"] for line in lines]
+    assert any(r.startswith("filtered (off_task)") for r in reasons)  # the case is there

@@ -292,9 +292,10 @@ def damaged_reason(rollout: Rollout) -> str | None:
     damaged = fidelity.damage(rollout)
     if not damaged:
         return None
-    return (
-        f"rollout {rollout.rollout_id}: damaged log ({damaged}); --keep-damaged keeps it, flagged"
-    )
+    return f"rollout {rollout.rollout_id}{DAMAGED_MARK}{damaged}); --keep-damaged keeps it, flagged"
+
+
+DAMAGED_MARK = ": damaged log ("  # how every damaged rollout's reason reads (verify tells by it)
 
 
 class DropDamaged(Step):

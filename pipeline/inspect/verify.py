@@ -57,6 +57,7 @@ import pyarrow.parquet as pq
 from pipeline.build.manifest import InputRecord, Manifest, build_tokenizer
 from pipeline.build.progress import counted
 from pipeline.build.steps import (
+    DAMAGED_MARK,
     DUPLICATE_REASON,
     Collect,
     DropDamaged,
@@ -192,8 +193,13 @@ def verify_build(
     # taken out before the duplicate rule, as the build took them out (``_LeftOutByBuild``).
     built = _BuildQuarantine.of(out)
     sink = Collect()
-    steps: list[Step] = [] if config.get("keep_damaged") else [DropDamaged()]
-    steps += [_LeftOutByBuild(built, sink), DropDuplicates()]
+    # The build's stage filters before its damage check (read → rewards → stage → damaged →
+    # rows), so a damaged rollout the stage filtered is in quarantine.jsonl under the
+    # stage's reason: verify takes the build's later-step entries out before its own damage
+    # check, and leaves the damage entries to DropDamaged, which must find them there.
+    steps: list[Step] = [_LeftOutByBuild(built, sink)]
+    steps += [] if config.get("keep_damaged") else [DropDamaged()]
+    steps += [DropDuplicates()]
     for file, line, rollout in _read_inputs(out, manifest, everything, sink, steps):
         positions.append((file, line, rollout.rollout_id))
         if rollout.rollout_id in wanted:
@@ -461,8 +467,8 @@ class _BuildQuarantine:
         reasons = self.at.get(place, [])
         mine = Counter(own)
         for i, reason in enumerate(reasons):
-            if reason.startswith(DUPLICATE_REASON):
-                continue
+            if reason.startswith(DUPLICATE_REASON) or DAMAGED_MARK in reason:
+                continue  # verify's own steps decide these (DropDuplicates, DropDamaged)
             if mine[reason] > 0:
                 mine[reason] -= 1
                 continue
