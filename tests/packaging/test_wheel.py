@@ -27,7 +27,9 @@ from pipeline import __version__
 from tests.packaging.inputs import write_rollouts
 from tests.packaging.wheel_venv import ROOT, build_wheel, clean_env, install
 
-pytestmark = pytest.mark.slow
+# slow, and wheel: a fresh venv with the extras is ~700 MB from the package index on a new
+# machine (minutes), so CI leaves it to `make test-wheel`.
+pytestmark = [pytest.mark.slow, pytest.mark.wheel]
 EXTRAS = ("gateway", "report", "judge-llm")  # not train, ray: torch and Ray are hundreds of MB
 
 
