@@ -83,12 +83,13 @@ class _QuarantineFile:
 
 
 def _reason_kind(reason: str) -> str:
-    """A quarantine reason without its details, to count by: ``rollout ID: damaged log``
-    from ``rollout ID: damaged log (lost records); --keep-damaged ...`` (a reason about one
-    rollout names it first), ``invalid JSON`` from ``invalid JSON: Expecting value ...``."""
-    parts = reason.split(":")
-    kind = ":".join(parts[:2]) if reason.startswith("rollout ") and len(parts) > 1 else parts[0]
-    return kind.split(" (")[0].split(";")[0].strip()
+    """A quarantine reason to count by: a reason about one rollout without its details
+    (``rollout ID: damaged log`` from ``rollout ID: damaged log (lost records); ...``),
+    any other reason up to its first colon (``invalid JSON`` from ``invalid JSON: ...``)."""
+    if reason.startswith("rollout ") and ": " in reason:
+        head, _, rest = reason.partition(": ")
+        return f"{head}: {rest.split(' (')[0].split(';')[0].strip()}"
+    return reason.split(":")[0]
 
 
 def read_context(args) -> ReadContext:
