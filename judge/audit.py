@@ -95,6 +95,13 @@ def audit_rollout(rollout: Rollout) -> list[SummaryAudit]:
     return audits
 
 
+def call_findings(rollout: Rollout) -> list[tuple[int | None, dict]]:
+    """``(summary call index, its audit as a SUMMARY_AUDIT struct)`` per summary: what
+    ``seam show`` prints under the call (``pipeline/inspect/show/audits.py``; None for a
+    summary a rewrite inserted, which is no call)."""
+    return [(a.call_index, a.as_struct()) for a in audit_rollout(rollout)]
+
+
 def summary_check(comp: Compaction) -> SummaryCheck:
     """The summary checks of one compaction: its live context is the state it must keep,
     its whole prior history the truth its claims are held to."""

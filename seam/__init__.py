@@ -24,8 +24,13 @@ from pathlib import Path
 
 from pipeline import __version__ as __version__  # the one version (pyproject reads it)
 from pipeline.core.mask import MaskedSegment, MaskOptions
+from pipeline.inspect.show.audits import register_call_audit
 from pipeline.inspect.show.model import RolloutView
 from schemas.rollout import Rollout
+
+# The judge library's summary audit under each summary call of ``seam.show``, as the
+# command line plugs it in (pipeline/cli/__init__.py; the inspect layer imports no judge).
+register_call_audit("summary", "judge.audit:call_findings")
 
 __all__ = [
     "MaskedSegment",

@@ -1,4 +1,4 @@
-"""``BuildStats`` (pipeline/build/run.py): the tasks' counts added up for the manifest, and
+"""``BuildStats`` (pipeline/build/stats.py): the tasks' counts added up for the manifest, and
 ``StepStats``/``PipelineStats`` (pipeline/build/steps.py): a step's counters, merged per task.
 Merging is associative and keeps zero counts, so the manifest does not depend on how the
 tasks are grouped."""
@@ -10,7 +10,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.build.run import BuildStats
+from pipeline.build.stats import BuildStats
 from pipeline.build.steps import PipelineStats, StepStats
 from pipeline.build.worker import TaskResult
 

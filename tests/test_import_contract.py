@@ -173,6 +173,21 @@ def test_core_and_build_import_neither_the_sft_stage_nor_the_judge():
     assert not bad, "the core or the build imports the SFT stage or the judge:\n" + _show(bad)
 
 
+def test_only_the_sft_stage_and_the_cli_import_the_judge():
+    """The judge library is the SFT stage's (built on its rules and audit) and the command
+    line's (which plugs the summary audit into ``seam show`` and a judge into the gateway);
+    every other part of ``pipeline`` reaches it through those plug-in points."""
+    bad = [
+        (m, t, line, how)
+        for m, t, line, how in arrows()
+        if m.startswith("pipeline")
+        and group_of(t) == "judge"
+        and group_of(m) not in ("pipeline.sft", "pipeline.cli")
+        and not _allowed(m, t)
+    ]
+    assert not bad, "pipeline imports the judge library outside its plug-in points:\n" + _show(bad)
+
+
 def test_only_the_cli_imports_command_modules():
     bad = [
         (m, t, line, how)

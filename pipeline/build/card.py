@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipeline.build.stage import stage_of_manifest
+from pipeline.build.stats import HEADLINE_COUNTS
 from pipeline.common.atomic import write_text
 from pipeline.core.shard_schema import SHARD_SCHEMA
 from schemas.kinds import SeamKind
@@ -234,16 +235,7 @@ def write_card(out: Path, manifest: dict, extra_fields=()) -> None:
         "| what | count |",
         "|---|---|",
     ]
-    for key in (
-        "read",
-        "accepted",
-        "quarantined",
-        "segments",
-        "calls",
-        "tokens",
-        "trainable_tokens",
-        "drift_realigned",
-    ):
+    for key in HEADLINE_COUNTS:
         lines.append(f"| {key} | {counts.get(key, 0)} |")
     lines.append(f"| task groups of one (advantage 0) | {manifest['groups_of_one']} |")
     lines += [

@@ -18,6 +18,12 @@ import sys
 from pipeline import __version__
 from pipeline.common import extras
 from pipeline.common.errors import SeamError
+from pipeline.inspect.show.audits import register_call_audit
+
+# The judge library's summary audit, printed by ``seam show``/``view`` under each summary
+# call: plugged in here (as a judge is into the gateway), so the inspect layer imports no
+# judge code. ``import seam`` plugs in the same.
+register_call_audit("summary", "judge.audit:call_findings")
 
 COMMAND_MODULES = [
     "pipeline.cli.schema",

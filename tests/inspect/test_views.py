@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.build.stats import HEADLINE_COUNTS
 from pipeline.cli import main
 from pipeline.inspect.duckdb_views import BuildDirError, connect, view_names
 from pipeline.inspect.standard_queries import EXAMPLES, STANDARD
@@ -165,15 +166,7 @@ def test_stats_counts_agree_with_the_manifest(rl_build):
 
     counts, seams, _ = build_counts(connect(rl_build), rl_build)
     manifest = json.loads((rl_build / "manifest.json").read_text())
-    for key in (
-        "read",
-        "accepted",
-        "quarantined",
-        "segments",
-        "calls",
-        "tokens",
-        "trainable_tokens",
-    ):
+    for key in HEADLINE_COUNTS:
         assert counts[key] == manifest["counts"][key], key
     assert Counter(manifest["seams"]) == seams
 

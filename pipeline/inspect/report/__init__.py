@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pipeline.build.stats import HEADLINE_COUNTS
 from pipeline.common import atomic
 from pipeline.core.fidelity import COUNT_PREFIX
 from pipeline.core.rows import EXCLUDED, EXCLUDED_PREFIX
@@ -49,18 +50,7 @@ def build_report(build_dir: str | Path) -> tuple[str, list[Plot]]:
         ("kind", manifest.get("kind", "unknown")),
         ("command", manifest.get("command") or "unknown"),
         ("seam version", manifest.get("seam_version", "unknown")),
-        *(
-            (k.replace("_", " "), f"{counts[k]:,}")
-            for k in (
-                "read",
-                "accepted",
-                "quarantined",
-                "segments",
-                "calls",
-                "tokens",
-                "trainable_tokens",
-            )
-        ),
+        *((k.replace("_", " "), f"{counts[k]:,}") for k in HEADLINE_COUNTS),
         (
             "seams",
             ", ".join(f"{k} {n:,}" for k, n in sorted(seams.items()) if k != "none") or "none",

@@ -173,7 +173,7 @@ def call_notes(rollout: Rollout | None, spans: list[dict]) -> dict[int, CallNote
             s["call_index"]: CallNote(s["call_index"], s["kind"], s["truncated"], "?")
             for s in spans
         }
-    from judge.audit import audit_rollout
+    from pipeline.inspect.show.audits import call_findings
 
     calls = rollout.calls()
     notes = {
@@ -182,9 +182,11 @@ def call_notes(rollout: Rollout | None, spans: list[dict]) -> dict[int, CallNote
     for c in rollout.corrections:
         if c.call_index in notes:
             notes[c.call_index].corrections.append(c.model_dump(mode="json"))
-    for a in audit_rollout(rollout):
-        if a.call_index in notes:
-            notes[a.call_index].audit = a.as_struct()
+    # The registered audits' findings (the judge's summary audit, plugged in by the
+    # command line and ``import seam``: this layer imports no judge code).
+    for call_index, findings in call_findings(rollout):
+        if call_index in notes:
+            notes[call_index].audit = findings
     return notes
 
 
