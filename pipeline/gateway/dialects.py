@@ -5,10 +5,10 @@ Code through ``ANTHROPIC_BASE_URL``) is translated before it is sent, and what i
 recorded is the OpenAI request the engine received: that is the context the model saw
 (the engine's chat template renders exactly those messages).
 
-Streaming: the gateway always asks the engine for the whole response (it must be judged
-before the harness sees any of it, and engines return token ids only on whole
-responses), then replays it to a streaming harness as the dialect's server-sent events.
-A streaming harness therefore gets its first byte when the call is complete.
+Streaming: without a Judge the engine's chunks are relayed as they arrive
+(``pipeline/gateway/streaming.py``). With a Judge the gateway takes the whole response
+(it must be judged, and may be rewritten, before the harness sees any of it), then
+replays it to a streaming harness as the dialect's server-sent events (below).
 """
 
 from __future__ import annotations
@@ -173,15 +173,13 @@ def openai_to_anthropic(response: dict, model: str | None) -> dict:
         blocks.append({"type": "text", "text": message["content"]})
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
-        try:
-            arguments = json.loads(fn.get("arguments") or "{}")
-        except json.JSONDecodeError:
-            arguments = None
-        if not isinstance(arguments, dict):
-            # Anthropic tool input is an object; the raw text stays in the call log.
-            arguments = {"_raw_arguments": fn.get("arguments")}
         blocks.append(
-            {"type": "tool_use", "id": call.get("id"), "name": fn.get("name"), "input": arguments}
+            {
+                "type": "tool_use",
+                "id": call.get("id"),
+                "name": fn.get("name"),
+                "input": tool_input(fn.get("arguments")),
+            }
         )
     usage = response.get("usage") or {}
     return {
@@ -199,15 +197,35 @@ def openai_to_anthropic(response: dict, model: str | None) -> dict:
     }
 
 
+def tool_input(arguments: str | None) -> dict:
+    """A tool call's arguments text as an Anthropic ``tool_use`` input, which is an object:
+    the parsed JSON object, or ``{"_raw_arguments": text}`` when the text is not one (the
+    raw text stays in the call log)."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        parsed = None
+    return parsed if isinstance(parsed, dict) else {"_raw_arguments": arguments}
+
+
 # ---------------------------------------------------------------- server-sent events
 
 
-def _sse(data: dict, event: str | None = None) -> bytes:
+def sse_event(data: dict, event: str | None = None) -> bytes:
+    """One server-sent event: an optional ``event:`` line, the JSON ``data:`` line, a blank line."""
     head = f"event: {event}\n" if event else ""
     return (head + "data: " + json.dumps(data, ensure_ascii=False) + "\n\n").encode()
 
 
+_sse = sse_event
+
+
 def openai_sse(response: dict, include_usage: bool = False) -> list[bytes]:
+    """A whole chat-completions response as the events a streaming engine would send."""
+    return [_sse(c) for c in openai_chunks(response, include_usage)] + [b"data: [DONE]\n\n"]
+
+
+def openai_chunks(response: dict, include_usage: bool = False) -> list[dict]:
     """A whole chat-completions response as the chunks a streaming engine would send."""
     choice = response["choices"][0]
     message = choice.get("message") or {}
@@ -218,8 +236,8 @@ def openai_sse(response: dict, include_usage: bool = False) -> list[bytes]:
         "model": response.get("model"),
     }
 
-    def chunk(delta: dict, finish: str | None = None) -> bytes:
-        return _sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    def chunk(delta: dict, finish: str | None = None) -> dict:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
     events = [chunk({"role": "assistant", "content": ""})]
     reasoning = message.get("reasoning_content")
@@ -248,8 +266,7 @@ def openai_sse(response: dict, include_usage: bool = False) -> list[bytes]:
         )
     events.append(chunk({}, choice.get("finish_reason") or "stop"))
     if include_usage and response.get("usage"):
-        events.append(_sse({**base, "choices": [], "usage": response["usage"]}))
-    events.append(b"data: [DONE]\n\n")
+        events.append({**base, "choices": [], "usage": response["usage"]})
     return events
 
 

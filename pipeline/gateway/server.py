@@ -40,6 +40,7 @@ from aiohttp import web
 from pipeline.common import http_guard
 from pipeline.common.credentials import split_url, with_path
 from pipeline.common.redact import Redactor
+from pipeline.gateway import streaming
 from pipeline.gateway.dialects import (
     DialectError,
     anthropic_sse,
@@ -325,21 +326,23 @@ class Gateway:
             if not session.loaded:  # lazily, off the event loop: other sessions go on
                 await asyncio.to_thread(self._load, session)
                 session.loaded = True
+            if stream and self.judge is None:  # relayed as it comes (pipeline/gateway/streaming.py)
+                return await streaming.streamed_call(
+                    self,
+                    request,
+                    session,
+                    dialect,
+                    body.get("model"),
+                    upstream_body,
+                    asked,
+                    include_usage,
+                    received,
+                )
             status, response, upstream_ms = await self._forward(upstream_body)
             if status != 200:
                 self.stats["errors"] += 1
                 return web.Response(status=status, body=response, content_type="application/json")
-            kind = "summary" if self._is_summary_request(upstream_body) else None
-            messages = upstream_body.get("messages") or []
-            extends = session.base is not None and _extends(messages, session.base)
-            seam: dict[str, Any] = {
-                "dialect": dialect,
-                "stream": stream,
-                "upstream_ms": round(upstream_ms, 2),
-                "extends_previous": extends if session.base is not None else None,
-            }
-            if kind:
-                seam["kind"] = kind
+            seam = self._seam(session, upstream_body, dialect, stream, upstream_ms)
             executed, correction = await self._judge(session, upstream_body, response, seam)
             try:  # the harness's answer is made before anything is written (nothing half-done)
                 reply = _reply(executed, asked, dialect, body.get("model"), stream, include_usage)
@@ -347,40 +350,103 @@ class Gateway:
                 self.stats["errors"] += 1
                 message = f"seam gateway: the engine's answer cannot be translated: {exc!r}"
                 return _error(502, message[:500], dialect)
-            record = {
-                "session_id": session.rollout_id,
-                "task_id": session.task_id,
-                "request": upstream_body,
-                "response": executed,
-                "seam": seam,
-            }
             token_ids = correction is None and bool(response["choices"][0].get("token_ids"))
-            seam["call"] = number = session.next_call
             # The client gave up while the engine worked (a harness timeout): nobody sees
             # this answer, and the harness's retry must not read as a rewrite of it.
-            delivered = not _client_gone(request)
-            if not delivered:
-                seam["delivered"] = False
-            stored = self._stored(session, record)
-            try:
-                await self.recorder.record_call(
-                    session.rollout_id, stored, token_ids, _stamp_gateway_ms(received, upstream_ms)
-                )
-            except OSError as exc:  # a full disk, a failed fsync (sync mode): one line
-                self.stats["errors"] += 1
-                return _error(503, f"seam gateway: the call could not be recorded: {exc}", dialect)
-            session.next_call += 1
-            if correction is not None:
-                await self.recorder.record_side("corrections.jsonl", correction)
-            if delivered:
-                session.since_full = 0 if stored is record else session.since_full + 1
-                session.base, session.base_call = record, number
-                if self.judge is not None:
-                    session.calls.append((number, record, ""))
-            self.stats["calls"] += 1
+            failed = await self._record(
+                session,
+                upstream_body,
+                executed,
+                seam,
+                token_ids,
+                received,
+                upstream_ms,
+                delivered=not _client_gone(request),
+                correction=correction,
+            )
+            if failed is not None:
+                return _error(503, failed, dialect)
         if stream:
             return await _stream(request, reply)
         return web.Response(body=reply, content_type="application/json")
+
+    def _seam(
+        self, session: Session, upstream_body: dict, dialect: str, stream: bool, upstream_ms: float
+    ) -> dict[str, Any]:
+        """The call's ``seam`` object: how it came, and how it continues the session."""
+        messages = upstream_body.get("messages") or []
+        extends = session.base is not None and _extends(messages, session.base)
+        seam: dict[str, Any] = {
+            "dialect": dialect,
+            "stream": stream,
+            "upstream_ms": round(upstream_ms, 2),
+            "extends_previous": extends if session.base is not None else None,
+        }
+        if self._is_summary_request(upstream_body):
+            seam["kind"] = "summary"
+        return seam
+
+    async def record_answer(
+        self,
+        session: Session,
+        dialect: str,
+        upstream_body: dict,
+        response: dict,
+        received: float,
+        upstream_ms: float,
+        delivered: bool,
+    ) -> str | None:
+        """Record a streamed call's whole answer as an unstreamed one's (no Judge)."""
+        seam = self._seam(session, upstream_body, dialect, True, upstream_ms)
+        token_ids = bool(response["choices"][0].get("token_ids"))
+        return await self._record(
+            session, upstream_body, response, seam, token_ids, received, upstream_ms, delivered
+        )
+
+    async def _record(
+        self,
+        session: Session,
+        upstream_body: dict,
+        executed: dict,
+        seam: dict[str, Any],
+        token_ids: bool,
+        received: float,
+        upstream_ms: float,
+        delivered: bool,
+        correction: dict | None = None,
+    ) -> str | None:
+        """Write the call's record (and the Judge's correction) and move the session on;
+        the reason when it could not be written (the harness is told: 503 or an error
+        event), else None. An undelivered call (``seam.delivered: false``) is recorded
+        but is not the base the session's next call extends."""
+        record = {
+            "session_id": session.rollout_id,
+            "task_id": session.task_id,
+            "request": upstream_body,
+            "response": executed,
+            "seam": seam,
+        }
+        seam["call"] = number = session.next_call
+        if not delivered:
+            seam["delivered"] = False
+        stored = self._stored(session, record)
+        try:
+            await self.recorder.record_call(
+                session.rollout_id, stored, token_ids, _stamp_gateway_ms(received, upstream_ms)
+            )
+        except OSError as exc:  # a full disk, a failed fsync (sync mode): one line
+            self.stats["errors"] += 1
+            return f"seam gateway: the call could not be recorded: {exc}"
+        session.next_call += 1
+        if correction is not None:
+            await self.recorder.record_side("corrections.jsonl", correction)
+        if delivered:
+            session.since_full = 0 if stored is record else session.since_full + 1
+            session.base, session.base_call = record, number
+            if self.judge is not None:
+                session.calls.append((number, record, ""))
+        self.stats["calls"] += 1
+        return None
 
     def _session(self, request: web.Request) -> Session:
         task_id = request.match_info.get("task_id") or request.headers.get("X-Seam-Task-Id")
@@ -480,20 +546,37 @@ class Gateway:
                     raise
         raise AssertionError("unreachable")
 
-    async def _forward(self, body: dict) -> tuple[int, Any, float]:
-        """POST the call upstream; (status, parsed response or error bytes, upstream ms)."""
+    async def _post_stream(self, payload: bytes) -> tuple[int, Any]:
+        """``_post`` of a streamed call: (200, the open response, its body unread) or (status,
+        the error body). Retried once, fresh, on a kept-alive connection the engine closed."""
         assert self.client is not None
-        started = time.monotonic()
+        for attempt in (0, 1):
+            try:
+                resp = await self.client.post(
+                    self._upstream("/chat/completions"),
+                    data=payload,
+                    headers={"Content-Type": "application/json", **self._auth()},
+                )
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                if attempt:
+                    raise
+                continue
+            if resp.status == 200:
+                return 200, resp
+            try:
+                return resp.status, await _read_capped(resp, self.config.max_response_bytes)
+            finally:
+                resp.release()
+        raise AssertionError("unreachable")
+
+    async def _ask(self, body: dict, post) -> tuple[int, Any]:
+        """POST the call upstream with the token-id parameters when they are on for its model,
+        through ``post`` (``_post`` or ``_post_stream``): (status, what ``post`` gave)."""
         model = str(body.get("model"))
         with_ids = self.token_ids and model not in self.models_without_ids
         for attempt in (0, 1):
             sent = {**body, **(TOKEN_ID_PARAMS if with_ids else {})}
-            try:
-                status, data = await self._post(orjson.dumps(sent))
-            except (aiohttp.ClientError, TimeoutError, AnswerTooLarge) as exc:
-                message = self.redactor.redact(f"seam gateway: upstream failed: {exc!r}")
-                detail = {"error": {"message": message}}
-                return 502, json.dumps(detail).encode(), (time.monotonic() - started) * 1000
+            status, data = await post(orjson.dumps(sent))
             if attempt:
                 # The same request without the token-id parameters: if the engine takes it,
                 # they were what it refused (for this model, not the fleet); if it refuses
@@ -509,17 +592,55 @@ class Gateway:
                 with_ids = False
                 continue
             break
+        return status, data
+
+    def _upstream_failed(self, exc: BaseException) -> bytes:
+        message = self.redactor.redact(f"seam gateway: upstream failed: {exc!r}")
+        return json.dumps({"error": {"message": message}}).encode()
+
+    async def _forward(self, body: dict) -> tuple[int, Any, float]:
+        """POST the call upstream; (status, parsed response or error bytes, upstream ms)."""
+        started = time.monotonic()
+        try:
+            status, data = await self._ask(body, self._post)
+        except (aiohttp.ClientError, TimeoutError, AnswerTooLarge) as exc:
+            return 502, self._upstream_failed(exc), (time.monotonic() - started) * 1000
         ms = (time.monotonic() - started) * 1000
         if status != 200:
             return status, self._redacted(data), ms
         try:
-            parsed = orjson.loads(data)
-            check_depth(parsed, data)
-            _check_answer(parsed)
+            parsed = _parsed_answer(data)
         except (ValueError, AttributeError) as exc:
             detail = {"error": {"message": f"seam gateway: upstream answer unusable: {exc}"}}
             return 502, json.dumps(detail).encode(), ms
         return 200, parsed, ms
+
+    async def open_upstream(self, body: dict) -> web.Response | aiohttp.ClientResponse:
+        """Ask the engine to stream the call (and its usage): the open response, or what the
+        harness gets instead (the engine's error status and body, or a 502)."""
+        sent = {**body, "stream": True, "stream_options": streaming.STREAM_OPTIONS}
+        try:
+            status, data = await self._ask(sent, self._post_stream)
+        except (aiohttp.ClientError, TimeoutError, AnswerTooLarge) as exc:
+            return web.Response(
+                status=502, body=self._upstream_failed(exc), content_type="application/json"
+            )
+        if status != 200:
+            return web.Response(
+                status=status, body=self._redacted(data), content_type="application/json"
+            )
+        return data
+
+    async def read_answer(self, resp: aiohttp.ClientResponse) -> dict | web.Response:
+        """A whole answer to a streamed request (an engine that does not stream), or a 502."""
+        try:
+            return _parsed_answer(await _read_capped(resp, self.config.max_response_bytes))
+        except (aiohttp.ClientError, TimeoutError, AnswerTooLarge) as exc:
+            return web.Response(
+                status=502, body=self._upstream_failed(exc), content_type="application/json"
+            )
+        except (ValueError, AttributeError) as exc:
+            return _error(502, f"seam gateway: upstream answer unusable: {exc}")
 
     async def _judge(
         self, session: Session, body: dict, response: dict, seam: dict
@@ -642,6 +763,14 @@ async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
             raise AnswerTooLarge(f"the engine's answer is over {cap:,} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _parsed_answer(data: bytes) -> dict:
+    """The engine's answer parsed and checked (``_check_answer``); a ValueError says why not."""
+    parsed = orjson.loads(data)
+    check_depth(parsed, data)
+    _check_answer(parsed)
+    return parsed
 
 
 def _check_answer(parsed: Any) -> None:
