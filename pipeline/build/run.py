@@ -41,9 +41,9 @@ from typing import IO, Any
 
 from pipeline import __version__
 from pipeline.build import out_dir
+from pipeline.build.config import BuildConfig
 from pipeline.build.manifest import Manifest, ManifestError
-from pipeline.build.quarantine import NOT_WRITTEN, Share, merge_quarantine
-from pipeline.build.stage import BuildStage, stage_class
+from pipeline.build.quarantine import NOT_WRITTEN, merge_quarantine
 from pipeline.build.stats import BuildStats
 from pipeline.build.steps import FirstSeen, Rejection
 from pipeline.build.worker import (
@@ -61,119 +61,11 @@ from pipeline.common.step_times import StepTimes
 from pipeline.core.shard_schema import SHARD_SCHEMA_VERSION
 from pipeline.sources.canonical_io import RangeFeeder
 from pipeline.sources.files import Task, plan_tasks, resolve_inputs, walked_files
-from pipeline.sources.limits import Limits
-from pipeline.sources.read_context import ReadContext
 from pipeline.sources.read_hash import BLOCK, changed_blocks, file_digests, recording
 
 
 class BuildError(SeamError, ValueError):
     """A configuration problem detected before any work: one actionable line."""
-
-
-@dataclass
-class BuildConfig:
-    """One build: what ``seam build-rl`` / ``build-sft`` options say (README, "Command line")."""
-
-    inputs: list[str]  # files, directories or globs (``pipeline/sources/files.py``)
-    out: str  # the build directory
-    kind: str = "rl"  # "rl" (an outcome per rollout required) or "sft"
-    format: str = "auto"  # a reader name, "canonical", or "auto" (detected per file)
-    tokenizer: str | None = None  # a tokenizer directory; None: the built-in Qwen2.5 one
-    chat_template: str | None = None  # a shipped template's name; None: the tokenizer's
-    use_std: bool = True  # GRPO: divide by the group's std (False: --std none)
-    std_ddof: int = 0  # 1: the sample std (verl, TRL), 0: the population std
-    mask_summaries: bool = False  # summary outputs are not trained
-    last_call_only: bool = False  # only the last call of each segment is trained
-    drop_truncated: bool = False  # segments with a truncated output are left out (counted)
-    keep_damaged: bool = False  # damaged rollouts are built and flagged, not quarantined
-    # Segments whose context_fidelity names one of these reasons are left out, counted per
-    # reason (``--exclude-fidelity``; pipeline/core/fidelity.py REASONS).
-    exclude_fidelity: tuple[str, ...] = ()
-    rows_per_shard: int = 1024  # at most this many rows per shard (equal sizes)
-    chunk_bytes: int | None = None  # input bytes per task; None: auto_chunk_bytes(inputs)
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # worker processes
-    overwrite: bool = False  # replace a different build seam wrote in ``out``
-    progress: bool = True  # a progress bar on stderr
-    engine: str = "local"  # "local" worker processes or "ray" (Ray Data)
-    ray_address: str | None = None  # the Ray cluster for engine="ray"; None: start one
-    rewards: str | None = None  # a file of outcomes joined to rollouts (``--rewards``)
-    # Optional stage with per-rollout work, extra columns and side outputs
-    # (``pipeline/build/stage.py``; pipeline/sft/stage.py's SftStage for build-sft); None: plain RL rows.
-    stage: BuildStage | None = None
-    limits: Limits = field(default_factory=Limits)  # what one input record may cost
-    group_by: str | None = None  # chat-completions logs: the field naming a call's rollout
-    timings: str | None = None  # --timings FILE: seconds per step as JSON (not an output)
-
-    def worker_config(self, tasks: int) -> WorkerConfig:
-        """What each of the build's ``tasks`` tasks needs of this config (by name, from
-        the fields: ``WorkerConfig`` is not a second list of the options)."""
-        return WorkerConfig(
-            out=self.out,
-            tokenizer=self.tokenizer,
-            chat_template=self.chat_template,
-            options=self.row_options(),
-            rewards=self.rewards,
-            stage=self.stage,
-            read=self.read_context(),
-            # The quarantine is bounded for the whole build, shared by its tasks.
-            quarantine=Share.of(self.limits, tasks),
-        )
-
-    def read_context(self) -> ReadContext:
-        """What the build reads its inputs under: its limits and ``--group-by``."""
-        return ReadContext.of(self.limits, self.group_by)
-
-    def row_options(self):
-        from pipeline.core.mask import MaskOptions
-        from pipeline.core.rows import RowOptions
-
-        return RowOptions(
-            MaskOptions(self.mask_summaries, self.last_call_only),
-            self.drop_truncated,
-            require_outcome=self.requires_outcome(),
-            keep_damaged=self.keep_damaged,
-            exclude_fidelity=frozenset(self.exclude_fidelity),
-        )
-
-    def requires_outcome(self) -> bool:
-        """Whether every rollout needs an outcome: the stage's say (``BuildStage``; the
-        stage registered as ``kind`` when the build has no stage object or the object
-        does not say)."""
-        default = stage_class(self.kind).requires_outcome
-        return bool(getattr(self.stage, "requires_outcome", default))
-
-    def fingerprint_config(self) -> dict:
-        """What determines the output bytes (not: out, workers, progress)."""
-        keep = (
-            "kind",
-            "format",
-            "use_std",
-            "mask_summaries",
-            "last_call_only",
-            "drop_truncated",
-            "rows_per_shard",
-            "chunk_bytes",
-            "chat_template",
-        )
-        fingerprint = {k: getattr(self, k) for k in keep}
-        if self.keep_damaged:  # only when set: fingerprints of earlier builds stay valid
-            fingerprint["keep_damaged"] = True
-        if self.exclude_fidelity:
-            fingerprint["exclude_fidelity"] = sorted(set(self.exclude_fidelity))
-        if self.std_ddof:  # only when set, so builds from before the option stay up to date
-            fingerprint["std_ddof"] = self.std_ddof
-        # Limits decide which records are quarantined; the defaults keep older fingerprints.
-        if self.limits != Limits():
-            fingerprint["limits"] = self.limits.as_dict()
-        if self.group_by:
-            fingerprint["group_by"] = self.group_by
-        if self.stage is not None:
-            fingerprint["stage"] = self.stage.fingerprint()
-        if self.rewards:
-            from pipeline.build.write import file_sha256
-
-            fingerprint["rewards_sha256"] = file_sha256(Path(self.rewards))
-        return fingerprint
 
 
 @dataclass

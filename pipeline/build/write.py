@@ -14,7 +14,6 @@ Memory is one shard (and the parts it spans) per writer thread.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pyarrow.parquet as pq
 
 from pipeline.build.worker import TaskResult, part_paths
 from pipeline.common.atomic import atomic_write
+from pipeline.common.hashing import file_sha256
 from pipeline.core.advantage import group_advantages
 from pipeline.core.rows import ROLLOUT_ORDINAL
 from pipeline.core.shard_schema import SHARD_SCHEMA, dictionary_columns
@@ -243,15 +243,3 @@ def _write_parquet(path: Path, table: pa.Table) -> None:
             use_dictionary=dictionary_columns(table.schema),
         ),
     )
-
-
-def file_sha256(path: Path, stop=None) -> str:
-    """sha256 of a file, read in 1 MiB blocks; ``stop`` (a ``threading.Event``) ends it
-    early (the result is then meaningless: used when the build has already failed)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-            if stop is not None and stop.is_set():
-                break
-    return digest.hexdigest()

@@ -32,6 +32,8 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
+    from pipeline.build.config import OutputConfig, TokenizerConfig
+    from pipeline.common.options import add_options
     from pipeline.export_targets import EXPORTS, TRL_MODES
 
     p = sub.add_parser(
@@ -58,12 +60,7 @@ def register(sub) -> None:
         choices=TRL_MODES,
         help="TRL only: sft or grpo columns (default: sft for SFT builds, grpo for RL builds).",
     )
-    p.add_argument(
-        "--tokenizer",
-        default=None,
-        help="verl only: the build's tokenizer directory when the one recorded in manifest.json is gone "
-        "('qwen2.5' for the built-in one). Used to decode the prompt text; checked against the manifest.",
-    )
+    add_options(p, TokenizerConfig, only=("tokenizer",))  # the build's, if it moved
     p.add_argument(
         "--max-length",
         type=int,
@@ -71,5 +68,5 @@ def register(sub) -> None:
         help="Leave out segments longer than this many tokens (counted in the output, export.json "
         "and README; never silently). Set the trainer's own maximum length to the same value.",
     )
-    p.add_argument("--overwrite", action="store_true", help="Replace an earlier export in --out.")
+    add_options(p, OutputConfig, only=("overwrite",))
     p.set_defaults(func=run)

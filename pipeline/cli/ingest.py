@@ -26,18 +26,19 @@ SKIP_ROWS = 8
 
 def run(args) -> int:
     from pipeline.build.run import OutputLock, check_out_path, make_out_dir
-    from pipeline.cli.build_rl import limits_from_args, os_error_line
+    from pipeline.cli.build_rl import os_error_line
+    from pipeline.common.options import config_from_args
     from pipeline.readers import REGISTRY
     from pipeline.readers.rewards import load_rewards
     from pipeline.sources.files import plan_tasks, resolve_inputs, walked_files
-    from pipeline.sources.read_context import ReadContext
+    from pipeline.sources.input_config import InputConfig
 
     if args.format not in ("auto", "canonical") and args.format not in REGISTRY:
         raise UsageError(
             f"unknown --format {args.format!r}; choose auto, canonical or one of: "
             f"{', '.join(sorted(REGISTRY))}"
         )
-    context = ReadContext.of(limits_from_args(args), args.group_by)
+    context = config_from_args(InputConfig, args).read_context()
     out = Path(args.out)
     try:
         with context.active():  # detection reads under the limits too
@@ -330,12 +331,10 @@ def _short(name: str) -> str:
 
 
 def register(sub) -> None:
-    from pipeline.cli.build_rl import (
-        add_group_by_argument,
-        add_limit_arguments,
-        add_quarantine_arguments,
-    )
+    from pipeline.build.config import OutputConfig
+    from pipeline.common.options import add_options
     from pipeline.readers import REGISTRY
+    from pipeline.sources.input_config import InputConfig
 
     formats = "\n".join(
         f"  {name:<16} {reader.description}" for name, reader in sorted(REGISTRY.items())
@@ -360,26 +359,6 @@ def register(sub) -> None:
         help="Files, directories (searched recursively) or globs; .gz and .zst are decompressed on the fly.",
     )
     p.add_argument("--out", required=True, help="Output directory (created if missing).")
-    p.add_argument(
-        "--format",
-        default="auto",
-        help="auto (default): detect each file's format from its content and refuse ambiguous or unknown "
-        "files; canonical; or one reader name from the list above, used for every input.",
-    )
-    p.add_argument(
-        "--rewards",
-        metavar="FILE",
-        default=None,
-        help="CSV or JSONL with rollout_id / session_id / id, reward, and optional task_id and resolved: "
-        "joined to the rollouts (for formats that record no reward, e.g. Claude Code, Codex).",
-    )
-    add_group_by_argument(p)
-    add_limit_arguments(p)
-    add_quarantine_arguments(p)
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="Replace an existing OUT/rollouts.parquet (only files seam wrote are deleted).",
-    )
-    p.add_argument("--no-progress", action="store_true", help="No progress bar (logs, CI).")
+    add_options(p, InputConfig)
+    add_options(p, OutputConfig, only=("overwrite", "progress"))
     p.set_defaults(func=run)

@@ -95,9 +95,10 @@ def _reason_kind(reason: str) -> str:
 def read_context(args) -> ReadContext:
     """The input limits and ``--group-by`` of the command line, as the builds and ``seam
     ingest`` read under them."""
-    from pipeline.cli.build_rl import limits_from_args
+    from pipeline.common.options import config_from_args
+    from pipeline.sources.input_config import InputConfig
 
-    return ReadContext.of(limits_from_args(args), args.group_by)
+    return config_from_args(InputConfig, args).read_context()
 
 
 def _open_out(path: str):
@@ -554,12 +555,10 @@ def register(sub) -> None:
     a.add_argument(
         "--json", action="store_true", help="Print the aggregate as JSON instead of a table."
     )
-    a.add_argument(
-        "--keep-damaged",
-        action="store_true",
-        help="Also audit rollouts with lost or undecodable records (the builds quarantine them "
-        "unless --keep-damaged; by default the audit skips them too, so it agrees with a build).",
-    )
+    from pipeline.build.config import RowConfig
+    from pipeline.common.options import add_options
+
+    add_options(a, RowConfig, only=("keep_damaged",))  # by default it skips them, as a build
     a.set_defaults(func=run_audit)
 
     from pipeline.cli.build_sft import register_build_sft
@@ -574,15 +573,12 @@ def _add_input_arguments(p, metavar: str = "INPUT") -> None:
         metavar=metavar,
         help="Rollout files, directories (searched recursively) or globs: canonical rollouts or raw formats.",
     )
-    p.add_argument(
-        "--format",
-        default="auto",
-        help="Input format: auto (detect per file), canonical, or a reader name.",
-    )
-    from pipeline.cli.build_rl import add_group_by_argument, add_limit_arguments
+    from pipeline.common.options import add_options
+    from pipeline.sources.input_config import InputConfig
+    from pipeline.sources.limits import QUARANTINE_CAP_FIELDS
 
-    add_group_by_argument(p)
-    add_limit_arguments(p)
+    # No --rewards (nothing is joined) and no quarantine caps (--quarantine FILE is whole).
+    add_options(p, InputConfig, skip=("rewards", *QUARANTINE_CAP_FIELDS))
     p.add_argument(
         "--quarantine",
         metavar="FILE",

@@ -36,6 +36,9 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
+    from pipeline.build.config import OutputConfig
+    from pipeline.common.options import add_options
+
     p = sub.add_parser(
         "report",
         help="Write one self-contained HTML report (plots + tables) about a build directory.",
@@ -51,7 +54,5 @@ def register(sub) -> None:
         metavar="FILE",
         help="Where to write the report (e.g. out/report.html); its folder must exist.",
     )
-    p.add_argument(
-        "--overwrite", action="store_true", help="Replace FILE when it exists (default: refuse)."
-    )
+    add_options(p, OutputConfig, only=("overwrite",))
     p.set_defaults(func=run)

@@ -93,6 +93,9 @@ def add_verify_argument(p, default: str) -> None:
 
 
 def register(sub) -> None:
+    from pipeline.build.config import OutputConfig, TokenizerConfig
+    from pipeline.common.options import add_options
+
     p = sub.add_parser(
         "verify",
         help="Prove that every row trains exactly what its calls generated (re-reads the inputs).",
@@ -108,10 +111,6 @@ def register(sub) -> None:
     p.add_argument(
         "--per-rollout", action="store_true", help="Print the counts of every rollout, too."
     )
-    p.add_argument(
-        "--tokenizer",
-        default=None,
-        help="The build's tokenizer directory, if it is no longer where the manifest says.",
-    )
-    p.add_argument("--no-progress", action="store_true", help="No progress bar (logs, CI).")
+    add_options(p, TokenizerConfig, only=("tokenizer",))  # the build's, if it moved
+    add_options(p, OutputConfig, only=("progress",))
     p.set_defaults(func=run)

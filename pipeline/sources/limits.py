@@ -32,36 +32,85 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+
+from pipeline.common.options import option, option_of
 
 MIB = 1 << 20
 
 
+PER_RECORD = "limits per input record (a record over one is quarantined)"
+QUARANTINE_CAPS = "quarantine.jsonl caps (past them: a sample, and the count of the rest)"
+POSITIVE = "the --max-* limits must be positive"
+
+
+def _mib(flag: str, what: str, group: str = PER_RECORD) -> dict:
+    """A limit in bytes set in MiB on the command line."""
+    return {
+        "flag": flag,
+        "help": f"{what} (default {{default}}).",
+        "type": float,
+        "metavar": "MB",
+        "to_flag": lambda b: b / MIB,
+        "to_field": lambda mb: int(mb * MIB),
+        "check": lambda mb: mb > 0,
+        "error": POSITIVE,
+        "group": group,
+    }
+
+
+def _count(flag: str, what: str, group: str) -> dict:
+    return {
+        "flag": flag,
+        "help": f"{what} (default {{default}}).",
+        "type": int,
+        "metavar": "N",
+        "check": lambda n: n >= 1,
+        "error": POSITIVE,
+        "group": group,
+    }
+
+
 @dataclass(frozen=True)
 class Limits:
-    max_line_bytes: int = 64 * MIB
-    max_document_bytes: int = 128 * MIB
-    max_decompressed_bytes: int = 16 * 1024 * MIB
-    max_message_bytes: int = 8 * MIB
-    max_depth: int = 100
-    max_quarantine_raw_bytes: int = 64 * MIB
-    max_quarantine_entries: int = 100_000
-    max_quarantine_bytes: int = 128 * MIB
+    """Each field carries its flag (``pipeline/common/options.py``); every limit decides
+    which records are quarantined, so the build fingerprints the whole set when it is not
+    the default (``BuildConfig.limits``)."""
+
+    max_line_bytes: int = option(64 * MIB, **_mib("--max-line-mb", "MiB per JSONL line"))
+    max_document_bytes: int = option(
+        128 * MIB, **_mib("--max-document-mb", "MiB per whole-file JSON document")
+    )
+    max_decompressed_bytes: int = option(
+        16 * 1024 * MIB, **_mib("--max-decompressed-mb", "MiB per .gz/.zst file, decompressed")
+    )
+    max_message_bytes: int = option(
+        8 * MIB, **_mib("--max-message-mb", "MiB of text per message (bounds memory)")
+    )
+    max_depth: int = option(
+        100, **_count("--max-depth", "JSON nesting levels per record", PER_RECORD)
+    )
+    # No flag: a share of the quarantine's bytes (raw text past it is left out, counted).
+    max_quarantine_raw_bytes: int = option(64 * MIB)
+    max_quarantine_entries: int = option(
+        100_000, **_count("--max-quarantine-entries", "Entries written", QUARANTINE_CAPS)
+    )
+    max_quarantine_bytes: int = option(
+        128 * MIB, **_mib("--max-quarantine-mb", "MiB written", QUARANTINE_CAPS)
+    )
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 # Options that set each limit, named in the reasons of the records over it.
-OPTION = {
-    "max_line_bytes": "--max-line-mb",
-    "max_document_bytes": "--max-document-mb",
-    "max_decompressed_bytes": "--max-decompressed-mb",
-    "max_message_bytes": "--max-message-mb",
-    "max_depth": "--max-depth",
-    "max_quarantine_entries": "--max-quarantine-entries",
-    "max_quarantine_bytes": "--max-quarantine-mb",
-}
+OPTION = {f.name: option_of(f).flag for f in fields(Limits) if option_of(f).flag}  # type: ignore[union-attr]
+# The flags of the quarantine caps: commands that write no quarantine.jsonl skip them.
+QUARANTINE_CAP_FIELDS = tuple(
+    f.name
+    for f in fields(Limits)
+    if option_of(f).group == QUARANTINE_CAPS  # type: ignore[union-attr]
+)
 
 # The limits of the reading in progress in this thread or generator step (set by
 # ``ReadContext``); never assigned for the whole process.
