@@ -77,7 +77,7 @@ test-trainers: $(TRAINERS)/.installed
 		tests/export/test_with_trl.py tests/export/test_with_verl.py \
 		tests/export/test_with_verl_rl.py tests/export/test_with_verl_sft.py \
 		tests/export/test_with_verl_cpu_trainer.py \
-		tests/export/test_with_verl_gae.py
+		tests/export/test_with_verl_gae.py tests/export/test_with_verl_gae_trainer.py
 
 ## Style and types: ruff lint, ruff format check, mypy (config in pyproject.toml)
 lint: $(STAMP)

@@ -30,13 +30,16 @@ Three estimators are registered with verl's ``register_adv_est``:
 and ``non_tensor_batch["extra_info"]`` (the export's, with ``trainable_tokens_after`` and
 ``rollout_trainable_tokens``). verl 0.9.1's ``compute_advantage`` hands a registered
 estimator only ``token_level_rewards``, ``response_mask``, ``config`` and ``index`` (values
-reach only its hard-coded ``gae`` branch, the non-tensor batch only ``gdpo``), so the
-estimator must be called by a trainer that passes both; called without them it fails
-with a line that says so.
+reach only its hard-coded ``gae`` branch, the non-tensor batch only ``gdpo``);
+``seam_advantage`` is the call that passes both, and ``verl_gae_trainer.py`` the trainer
+(``trainer.v1.trainer_mode=seam_gae``) whose advantage step makes it. Called without them,
+an estimator fails with a line that says so.
 
 Loading: ``VERL_USE_EXTERNAL_MODULES=pipeline.export.verl_gae`` makes ``import verl``
-import this module in every process, which registers the estimators. This module imports
-verl only inside ``register`` and the estimators, so seam's core install imports it.
+import this module in every process, which registers the estimators and, where verl's v1
+trainer can be imported (it needs ``transfer_queue``), the trainer and the flash-attn-free
+critic of ``verl_gae_trainer.py``. This module imports verl only inside ``register``,
+``seam_advantage`` and the estimators, so seam's core install imports it.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import torch
 from trainer.gae import DEFAULT_ALPHA, segment_lambda
 
 ROLLOUT, SEGMENT, FIXED = "seam_gae", "seam_gae_segment", "seam_gae_fixed"
+ESTIMATORS = (ROLLOUT, SEGMENT, FIXED)
 
 
 def cross_trajectory_advantage_return(
@@ -94,7 +98,7 @@ def _estimate(rule, token_level_rewards, response_mask, values, non_tensor_batch
         raise ValueError(
             "seam's GAE needs values= (the critic's) and non_tensor_batch= with the export's "
             "extra_info; verl 0.9.1's compute_advantage passes neither to registered "
-            "estimators, so call it from a trainer that does (docs/training.md)"
+            "estimators: run main_ppo with trainer.v1.trainer_mode=seam_gae (docs/training.md)"
         )
     extra_info = non_tensor_batch["extra_info"]
     missing = {"trainable_tokens_after", "rollout_trainable_tokens"} - set(extra_info[0])
@@ -137,12 +141,38 @@ def seam_gae_fixed(
     return _estimate("fixed", token_level_rewards, response_mask, values, non_tensor_batch, config)
 
 
+def seam_advantage(data: Any, config: Any) -> Any:
+    """verl's ``DataProto`` with ``advantages`` and ``returns`` from seam's estimator
+    ``config.adv_estimator``, called as verl's ``compute_advantage`` calls a registered one
+    plus ``values=data.batch["values"]`` and ``non_tensor_batch=data.non_tensor_batch``
+    (which holds the rows' ``extra_info``)."""
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    if config.adv_estimator not in ESTIMATORS:
+        raise ValueError(f"{config.adv_estimator!r} is not one of seam's {', '.join(ESTIMATORS)}")
+    if "values" not in data.batch:
+        raise ValueError("no critic values in the batch: set critic.enable=True")
+    advantages, returns = get_adv_estimator_fn(config.adv_estimator)(
+        token_level_rewards=data.batch["token_level_rewards"],
+        response_mask=data.batch["response_mask"],
+        values=data.batch["values"],
+        non_tensor_batch=data.non_tensor_batch,
+        config=config,
+    )
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = returns
+    return data
+
+
 def register() -> None:
-    """Register the three estimators with verl (idempotent: the same functions each time)."""
+    """Register the three estimators with verl (idempotent: the same functions each time),
+    and, where verl's v1 trainer imports, seam's trainer and critic engine."""
     from verl.trainer.ppo.core_algos import register_adv_est
 
     for name, fn in ((ROLLOUT, seam_gae), (SEGMENT, seam_gae_segment), (FIXED, seam_gae_fixed)):
         register_adv_est(name)(fn)
+    if importlib.util.find_spec("transfer_queue") is not None:
+        import pipeline.export.verl_gae_trainer  # noqa: F401  (registers on import)
 
 
 # verl imports this module by name (VERL_USE_EXTERNAL_MODULES); without verl there is

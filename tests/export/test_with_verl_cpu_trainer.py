@@ -176,10 +176,8 @@ def actor_steps(export_dir: str, model_dir: str, out: str, *rollout_ids: str) ->
 
     import pyarrow.parquet as pq
     from hydra import compose, initialize_config_dir
-    from tensordict import TensorDict
     from verl.utils import tensordict_utils as tu
     from verl.utils.config import omega_conf_to_dataclass
-    from verl.utils.model import compute_position_id_with_mask
     from verl.workers.config import FSDPActorConfig
     from verl.workers.engine_workers import TrainingWorker, TrainingWorkerConfig
     from verl.workers.utils.losses import ppo_loss
@@ -214,36 +212,7 @@ def actor_steps(export_dir: str, model_dir: str, out: str, *rollout_ids: str) ->
     worker.set_loss_fn(partial(ppo_loss, config=actor))
     worker.reset()
 
-    def padded() -> TensorDict:
-        """Prompts left-padded, responses and ``response_mask`` right-padded to the
-        longest (``AgentLoopWorker._postprocess``)."""
-        outputs = [r["agent_loop_output"] for r in rows]
-        width_p = max(len(o["prompt_ids"]) for o in outputs)
-        width_r = max(len(o["response_ids"]) for o in outputs)
-        pad = model_config.tokenizer.pad_token_id
-        prompts = torch.full((len(rows), width_p), pad)
-        responses = torch.full((len(rows), width_r), pad)
-        mask = torch.zeros((len(rows), width_p + width_r), dtype=torch.long)
-        response_mask = torch.zeros((len(rows), width_r), dtype=torch.long)
-        for i, o in enumerate(outputs):
-            p, r = len(o["prompt_ids"]), len(o["response_ids"])
-            prompts[i, width_p - p :] = torch.as_tensor(o["prompt_ids"])
-            responses[i, :r] = torch.as_tensor(o["response_ids"])
-            mask[i, width_p - p : width_p + r] = 1
-            response_mask[i, :r] = torch.as_tensor(o["response_mask"])
-        return TensorDict(
-            {
-                "prompts": prompts,
-                "responses": responses,
-                "input_ids": torch.cat([prompts, responses], dim=1),
-                "attention_mask": mask,
-                "position_ids": compute_position_id_with_mask(mask),
-                "response_mask": response_mask,
-            },
-            batch_size=len(rows),
-        )
-
-    batch = padded()
+    batch = pad_as_agent_loop(rows, model_config.tokenizer.pad_token_id)
     td = left_right_2_no_padding(batch.clone())
     tu.assign_non_tensor(td, calculate_entropy=False, compute_loss=False, temperature=1.0)
     old = worker.infer_batch(td)
@@ -272,3 +241,35 @@ def actor_steps(export_dir: str, model_dir: str, out: str, *rollout_ids: str) ->
     }
     Path(out).write_text(json.dumps(result))
     torch.distributed.destroy_process_group()
+
+
+def pad_as_agent_loop(rows: list[dict], pad: int):
+    """The export's rows as verl's agent loop batches them: prompts left-padded, responses
+    and ``response_mask`` right-padded to the longest (``AgentLoopWorker._postprocess``)."""
+    from tensordict import TensorDict
+    from verl.utils.model import compute_position_id_with_mask
+
+    outputs = [r["agent_loop_output"] for r in rows]
+    width_p = max(len(o["prompt_ids"]) for o in outputs)
+    width_r = max(len(o["response_ids"]) for o in outputs)
+    prompts = torch.full((len(rows), width_p), pad)
+    responses = torch.full((len(rows), width_r), pad)
+    mask = torch.zeros((len(rows), width_p + width_r), dtype=torch.long)
+    response_mask = torch.zeros((len(rows), width_r), dtype=torch.long)
+    for i, o in enumerate(outputs):
+        p, r = len(o["prompt_ids"]), len(o["response_ids"])
+        prompts[i, width_p - p :] = torch.as_tensor(o["prompt_ids"])
+        responses[i, :r] = torch.as_tensor(o["response_ids"])
+        mask[i, width_p - p : width_p + r] = 1
+        response_mask[i, :r] = torch.as_tensor(o["response_mask"])
+    return TensorDict(
+        {
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": mask,
+            "position_ids": compute_position_id_with_mask(mask),
+            "response_mask": response_mask,
+        },
+        batch_size=len(rows),
+    )

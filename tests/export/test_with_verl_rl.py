@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -77,6 +76,7 @@ from verl.workers.utils.padding import (  # noqa: E402
 
 from pipeline.build.run import BuildConfig, run_build  # noqa: E402
 from pipeline.export import export_build  # noqa: E402
+from tests.export.verl_recipes import documented_overrides  # noqa: E402
 from tests.judge.rollouts import Story  # noqa: E402
 from tests.sample_builds import (  # noqa: E402
     FAIL,
@@ -181,16 +181,7 @@ def tiny_model(tiny_model_dir):
 def recipe_overrides(values: dict[str, str]) -> list[str]:
     """The ``main_ppo`` overrides of docs/training.md's verl recipe, its shell variables
     (``$SEAM``, ``$P``, ``$R``, ``MODEL_DIR``, the train files) filled in."""
-    text = DOCS.read_text()
-    (block,) = [b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "main_ppo" in b]
-    overrides = re.findall(r"^\s+([\w.]+=.+?)(?: \\)?$", block, re.M)
-    assert len(overrides) >= 10, block
-    filled = []
-    for override in overrides:
-        for name, value in values.items():
-            override = override.replace(name, value)
-        filled.append(override)
-    return filled
+    return documented_overrides("adv_estimator=grpo", values, least=10)
 
 
 @pytest.fixture(scope="module")
