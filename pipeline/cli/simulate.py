@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -110,12 +109,10 @@ def register(sub) -> None:
         help="Rollouts per task (G): each task's rollouts share a task_id and form one GRPO group; "
         "groups are all-pass, all-fail or mixed (default 4).",
     )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=os.cpu_count() or 1,
-        help="Worker processes (default: all cores). The output does not depend on it.",
-    )
+    from pipeline.build.config import EngineConfig, OutputConfig
+    from pipeline.common.options import add_options
+
+    add_options(p, EngineConfig, only=("workers",))
     formats = ["jsonl", "jsonl.gz", "jsonl.zst", "parquet"]
     deprecated_alias(p, "--format", "--output-format", dest="format", choices=formats)
     p.add_argument(
@@ -126,5 +123,5 @@ def register(sub) -> None:
         help="Output format (default: from the --out suffix, else jsonl). jsonl.zst uses a long window "
         "and compresses token-id logs best; parquet is seam's canonical Parquet layout.",
     )
-    p.add_argument("--no-progress", action="store_true", help="No progress bar (logs, CI).")
+    add_options(p, OutputConfig, only=("progress",))
     p.set_defaults(func=run)

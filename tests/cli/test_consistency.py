@@ -56,7 +56,7 @@ def _fresh_warnings(monkeypatch):
     "old, new, dest, value",
     [
         (["build-rl", "x", "--out", "o", "--no-std"], ["--std", "none"], "std", "none"),
-        (["build-sft", "x", "--out", "o", "--max-tokens", "7"], ["--max-length", "7"], "max_tokens", 7),
+        (["build-sft", "x", "--out", "o", "--max-tokens", "7"], ["--max-length", "7"], "max_length", 7),
         (["judge", "x", "--max-tokens", "5"], ["--max-answer-tokens", "5"], "max_tokens", 5),
         (["simulate", "--n", "1", "--out", "o", "--format", "parquet"], ["--output-format", "parquet"], "format", "parquet"),
         (["train-step", "--shards", "b", "--model", "m"], ["b", "--model", "m"], "shards", "b"),

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.build.config import BuildConfig, OutputConfig
+from pipeline.build.config import BuildConfig, LengthConfig, OutputConfig
 from pipeline.build.worker import WorkerConfig
 from pipeline.cli import build_parser, main
 from pipeline.common import options
@@ -30,7 +30,34 @@ from pipeline.common.hashing import file_sha256
 from pipeline.sources.input_config import InputConfig
 from pipeline.sources.limits import Limits
 
-COMMANDS = ("build-rl", "build-sft", "ingest", "judge", "audit", "verify", "export", "report")
+COMMANDS = (
+    "build-rl",
+    "build-sft",
+    "ingest",
+    "judge",
+    "audit",
+    "verify",
+    "export",
+    "report",
+    "show",
+    "simulate",
+)
+# Flag names that several commands take for what is, per command, a different thing (an
+# output file or a directory, a port, a seed) or, for --verify, one definition whose
+# default is the command's: each is defined by its command alone, on purpose.
+PER_COMMAND = {
+    "--out": "what a command writes: a build or export directory, a findings file, ...",
+    "--json": "what is printed as JSON: scores, the audit's aggregate, rows",
+    "--seed": "a training seed (int) or a simulation seed (any string)",
+    "--port": "the gateway's or the viewer's port, each with its default",
+    "--timeout": "an LLM request's seconds or a viewer filter's",
+    "--model": "the judge's model name or the policy directory to train",
+    "--allow-host": "the gateway's or the viewer's extra Host names",
+    "--api-key-env": "the LLM judge's key or the gateway engine's",
+    "--capture": "the hook's capture directory (install) or a hook's own argument",
+    "--html": "the report's file or show's page",
+    "--verify": "one add_verify_argument: a build samples by default, seam verify checks all",
+}
 
 
 def fingerprint_before(config: BuildConfig) -> dict:
@@ -169,15 +196,44 @@ def test_output_affecting_fields_and_only_they_change_the_fingerprint(field, rew
 
 def _flag_fields() -> list[dataclasses.Field]:
     seen: dict[str, dataclasses.Field] = {}
-    for config in (BuildConfig, InputConfig, OutputConfig):
+    for config in (BuildConfig, InputConfig, OutputConfig, LengthConfig):
         for f in options.flagged_fields(config):
             seen.setdefault(f.name, f)
     return list(seen.values())
 
 
+def _all_parsers() -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+
+    def walk(prefix: str, parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    found[f"{prefix} {name}".strip()] = child
+                    walk(f"{prefix} {name}", child)
+
+    walk("", build_parser())
+    return found
+
+
 def _parsers() -> dict[str, argparse.ArgumentParser]:
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return {name: sub.choices[name] for name in COMMANDS}
+    every = _all_parsers()
+    return {name: every[name] for name in COMMANDS}
+
+
+def test_a_flag_name_means_one_thing_in_every_command():
+    """Issue 24 item 10: a flag two commands take has one help and one default (it comes
+    from one definition), unless it is listed in PER_COMMAND with why."""
+    seen: dict[str, set[tuple[str, str]]] = {}
+    for parser in _all_parsers().values():
+        for action in parser._actions:
+            if action.help == argparse.SUPPRESS:
+                continue
+            for flag in action.option_strings:
+                seen.setdefault(flag, set()).add((str(action.help), repr(action.default)))
+    drifted = {flag for flag, kinds in seen.items() if len(kinds) > 1}
+    assert drifted - set(PER_COMMAND) == set()
+    assert set(PER_COMMAND) <= drifted  # an entry that no longer differs is taken out
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +270,20 @@ def test_the_shared_flags_are_taken_where_they_mean_something(parsers):
         assert "--overwrite" in flags(command)
     assert "--no-progress" in flags("verify") & flags("ingest")
     assert "--std" in flags("build-rl") and "--std" not in flags("build-sft")
+    assert "--max-length" in flags("build-sft") & flags("export")
+    assert {"--tokenizer", "--chat-template"} <= flags("show")
+    assert {"--workers", "--no-progress"} <= flags("simulate")
+
+
+def test_show_refuses_a_chat_template_for_a_build(tmp_path, capsys):
+    """show renders a build with the template it was built with: --chat-template, which
+    it cannot apply there, is an error, not ignored."""
+    (tmp_path / "manifest.json").write_text("{}")
+    assert main(["show", str(tmp_path), "--chat-template", "chatml-tools"]) == 2
+    assert capsys.readouterr().err == (
+        "seam show: error: --chat-template applies to raw inputs; a build directory is shown "
+        "with the template it was built with\n"
+    )
 
 
 def _argv_setting(field: dataclasses.Field) -> list[str]:

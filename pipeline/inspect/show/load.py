@@ -41,6 +41,11 @@ def load_view(
     ``rollout_id``, else the first rollout ``where`` (SQL over the ``rollouts`` view of a
     build) selects, else the first rollout."""
     if is_build(target):
+        if chat_template is not None:  # the build's template is its manifest's
+            raise ShowError(
+                "--chat-template applies to raw inputs; a build directory is shown with the "
+                "template it was built with"
+            )
         return _from_build(Path(target), rollout_id, where, tokenizer)
     if where:
         raise ShowError("--where needs a build directory (SQL runs over its views)")
