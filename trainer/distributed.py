@@ -28,13 +28,22 @@ def init(device: torch.device) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def shard(root: torch.nn.Module, layers) -> None:
-    """FSDP2 ``fully_shard`` on each decoder layer, then on the root (embeddings, norm, head)."""
-    from torch.distributed.fsdp import fully_shard
+def shard(root: torch.nn.Module, layers, bf16: bool = False) -> None:
+    """FSDP2 ``fully_shard`` on each decoder layer, then on the root (embeddings, norm, head).
 
+    ``bf16``: ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` — the
+    all-gathered parameters the forward and backward compute with are bf16 (half the
+    all-gather traffic and memory), gradients are reduced over ranks in fp32, and the
+    sharded master weights and AdamW state stay fp32.
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy()
+    if bf16:
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in layers:
-        fully_shard(layer)
-    fully_shard(root)
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(root, mp_policy=policy)
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:

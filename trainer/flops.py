@@ -15,6 +15,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 H200_BF16_DENSE_PEAK = 989e12
+# Dense bf16 tensor-core peaks from the vendors' data sheets (FLOP/s, no sparsity), matched
+# against ``torch.cuda.get_device_name()`` in this order (the first substring that occurs).
+KNOWN_BF16_PEAKS = (
+    ("H200", H200_BF16_DENSE_PEAK),
+    ("H100 PCIe", 756e12),
+    ("H100", 989e12),  # SXM / HBM3
+    ("H800", 989e12),
+    ("A100", 312e12),
+    ("A800", 312e12),
+    ("L40S", 362e12),
+    ("L40", 181e12),
+    ("L4", 121e12),
+    ("A10G", 70e12),
+)
+
+
+def device_peak_flops(device_name: str | None) -> float | None:
+    """The known dense bf16 peak of a CUDA device by name; None when unknown (or on CPU)."""
+    if not device_name:
+        return None
+    for marker, peak in KNOWN_BF16_PEAKS:
+        if marker in device_name:
+            return peak
+    return None
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,23 @@ def load_policy(model_dir: str | Path, device: torch.device) -> CausalLM:
     return model.to(device).train()
 
 
+def enable_activation_checkpointing(model: CausalLM) -> None:
+    """Non-reentrant checkpointing of every decoder layer, Hugging Face's own wrapper
+    (``activation_checkpointing_enable`` since transformers 5.x, ``gradient_checkpointing_enable``
+    before). Non-reentrant ``torch.utils.checkpoint`` restores the RNG state for the
+    recomputation, so dropout masks repeat and the gradients equal the plain backward's."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def activation_checkpointing_on(model: CausalLM) -> bool:
+    flag = getattr(type(model), "is_activation_checkpointing", None)
+    return bool(model.is_activation_checkpointing if flag else model.is_gradient_checkpointing)
+
+
 def policy_hidden(
     policy: CausalLM, input_ids: torch.Tensor, position_ids: torch.Tensor
 ) -> torch.Tensor:
@@ -231,7 +248,9 @@ class Critic(nn.Module):
             input_ids=input_ids[None], position_ids=position_ids[None], use_cache=False
         ).last_hidden_state[0, positions]
         with torch.autocast(device_type=hidden.device.type, enabled=False):
-            return self.value_head(hidden.float()).squeeze(-1)
+            # fp32 whatever the parameters' compute dtype (FSDP's bf16 policy casts the head too)
+            head = self.value_head
+            return F.linear(hidden.float(), head.weight.float(), head.bias.float()).squeeze(-1)
 
     def save_pretrained(self, out_dir: str | Path) -> None:
         from safetensors.torch import save_file

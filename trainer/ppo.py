@@ -16,13 +16,21 @@ Per step, on the segments of a few whole rollouts:
 
 Both losses are normalised per token over the whole step (``losses.token_level``):
 each micro-batch adds ``Σ ℓ / |M|`` to the accumulated gradient. Gradients are clipped
-by global norm; AdamW keeps separate learning rates (2e-6 policy, 3e-6 critic). On GPU
-the forward and backward run under bf16 autocast over fp32 master weights.
+by global norm; AdamW keeps separate learning rates (2e-6 policy, 3e-6 critic). With
+``bf16`` the forward and backward run under bf16 autocast over fp32 master weights; when
+sharded, FSDP2 also keeps bf16 copies of the parameters for compute and reduces gradients
+in fp32 (``distributed.shard``). ``activation_checkpointing`` recomputes each decoder
+layer's activations in the backward instead of keeping them.
+
+Each step's time is split into forward, backward and optimizer (clip + AdamW) seconds,
+measured around those calls (after a CUDA synchronize on GPU); the rest (packing, GAE,
+metrics) is the step's seconds minus the three.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +43,13 @@ from trainer.batching import MicroBatch, TrainingSegment, pack, pack_row
 from trainer.flops import ModelShape
 from trainer.gae import DEFAULT_ALPHA, LAMBDA_RULES, cross_trajectory_gae, segment_lambda
 from trainer.losses import approx_kl, clipped_surrogate, clipped_value_loss, token_level
-from trainer.models import CausalLM, Critic, PolicyLogprobs, copy_tokenizer
+from trainer.models import (
+    CausalLM,
+    Critic,
+    PolicyLogprobs,
+    copy_tokenizer,
+    enable_activation_checkpointing,
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,7 @@ class PPOConfig:
         False  # ignore the shard's logprobs (e.g. a model that did not sample them)
     )
     bf16: bool = False
+    activation_checkpointing: bool = False
 
     def __post_init__(self):
         problems = [
@@ -113,16 +128,42 @@ class StepMetrics:
     segments: int
     tokens: int
     trainable_tokens: int
-    seconds: float
-    model_flops: float
+    seconds: float  # the step's wall time, the slowest rank's
+    model_flops: float  # over all ranks
     shard_logprob_tokens: int  # old log-probs taken from the shard rather than recomputed
+    world_size: int = 1
+    policy_grad_norm: float = float("nan")  # before clipping; nan in a critic warm-up step
+    critic_grad_norm: float = float("nan")  # of the last critic update
+    forward_seconds: float = 0.0  # rank 0's split of ``seconds``
+    backward_seconds: float = 0.0
+    optimizer_seconds: float = 0.0
+    data_seconds: float = 0.0  # reading the step's rows (set by the run loop; not in ``seconds``)
 
     @property
     def tokens_per_s(self) -> float:
+        """Global tokens per second of the step's compute (all ranks' tokens)."""
         return self.tokens / self.seconds
 
     def mfu(self, peak_flops: float) -> float:
-        return self.model_flops / (self.seconds * peak_flops)
+        """Model FLOPs utilisation: ``F / (seconds · world · peak)``, peak per device."""
+        return self.model_flops / (self.seconds * self.world_size * peak_flops)
+
+    def record(self, peak_flops: float | None) -> dict:
+        """Every field, plus ``tokens_per_s``, ``mfu`` (null without a peak) and
+        ``other_seconds`` (the step's seconds outside forward, backward and optimizer)."""
+        fields = {  # JSON has no NaN: a metric that does not apply is null
+            k: None if isinstance(v, float) and v != v else v
+            for k, v in dataclasses.asdict(self).items()
+        }
+        return dict(
+            fields,
+            tokens_per_s=self.tokens_per_s,
+            mfu=self.mfu(peak_flops) if peak_flops else None,
+            other_seconds=self.seconds
+            - self.forward_seconds
+            - self.backward_seconds
+            - self.optimizer_seconds,
+        )
 
 
 @contextlib.contextmanager
@@ -154,6 +195,9 @@ def _clip(model: torch.nn.Module, max_norm: float) -> float:
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
+TIMED = ("forward", "backward", "optimizer")
+
+
 class PPOTrainer:
     """The PPO step; with ``sharded`` (under torchrun) policy and critic are FSDP2-sharded and
     each rank trains its share of the step (``trainer/distributed.py``)."""
@@ -171,10 +215,18 @@ class PPOTrainer:
         self.critic_shape = ModelShape.of(critic.backbone)
         self.policy_lp = PolicyLogprobs(policy)
         self.loss_scale = 1.0
+        self.world_size = 1
+        if (
+            config.activation_checkpointing
+        ):  # before sharding: FSDP then wraps the checkpointed layers
+            enable_activation_checkpointing(policy)
+            enable_activation_checkpointing(critic.backbone)
         if sharded:
-            distributed.shard(self.policy_lp, distributed.decoder_layers(policy))
-            distributed.shard(critic, distributed.decoder_layers(critic.backbone))
-            self.loss_scale = float(torch.distributed.get_world_size())
+            bf16 = config.bf16
+            distributed.shard(self.policy_lp, distributed.decoder_layers(policy), bf16)
+            distributed.shard(critic, distributed.decoder_layers(critic.backbone), bf16)
+            self.world_size = torch.distributed.get_world_size()
+            self.loss_scale = float(self.world_size)
         fused = device.type == "cuda"  # one kernel for the whole update instead of one per tensor
         self.policy_opt = torch.optim.AdamW(
             policy.parameters(), lr=config.policy_lr, weight_decay=config.weight_decay, fused=fused
@@ -183,6 +235,21 @@ class PPOTrainer:
             critic.parameters(), lr=config.critic_lr, weight_decay=config.weight_decay, fused=fused
         )
         self.steps_done = 0
+        self.times: dict[str, float] = dict.fromkeys(TIMED, 0.0)
+        self.policy_grad_norm = self.critic_grad_norm = float("nan")
+
+    @contextlib.contextmanager
+    def timed(self, part: str):
+        """Add the block's wall time to ``times[part]`` (CUDA work finished on both ends)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self.times[part] += time.perf_counter() - started
 
     def autocast(self):
         if self.config.bf16:
@@ -208,7 +275,12 @@ class PPOTrainer:
         # units; in train mode a model with dropout would start its first update off ratio 1.
         # Every rank runs the policy on every micro-batch (FSDP's collectives must pair up).
         sharded = self.loss_scale != 1.0
-        with torch.no_grad(), self.autocast(), evaluating(self.policy_lp, self.critic):
+        with (
+            torch.no_grad(),
+            self.autocast(),
+            evaluating(self.policy_lp, self.critic),
+            self.timed("forward"),
+        ):
             for p in prepared:
                 missing = torch.isnan(p.old_logprobs) | self.config.recompute_old_logprobs
                 p.recomputed = int(missing.sum())
@@ -267,17 +339,19 @@ class PPOTrainer:
         self.critic_opt.zero_grad(set_to_none=True)
         total = 0.0
         for p in prepared:
-            with self.autocast():
+            with self.timed("forward"), self.autocast():
                 values = self.critic(p.input_ids, p.position_ids, p.positions)
-            assert p.old_values is not None and p.returns is not None  # steps 2-3
-            loss = token_level(
-                clipped_value_loss(values, p.old_values, p.returns, self.config.value_clip),
-                total_trainable,
-            )
-            (loss * self.loss_scale).backward()
+                assert p.old_values is not None and p.returns is not None  # steps 2-3
+                loss = token_level(
+                    clipped_value_loss(values, p.old_values, p.returns, self.config.value_clip),
+                    total_trainable,
+                )
+            with self.timed("backward"):
+                (loss * self.loss_scale).backward()
             total += loss.item()
-        self.critic_grad_norm = _clip(self.critic, self.config.max_grad_norm)
-        self.critic_opt.step()
+        with self.timed("optimizer"):
+            self.critic_grad_norm = _clip(self.critic, self.config.max_grad_norm)
+            self.critic_opt.step()
         return distributed.global_sum([total], self.device)[0]
 
     # -- 5: policy -------------------------------------------------------------------------
@@ -291,25 +365,27 @@ class PPOTrainer:
             self.policy_opt.zero_grad(set_to_none=True)
         with contextlib.nullcontext() if update else torch.no_grad():
             for p in prepared:
-                with self.autocast():
+                with self.timed("forward"), self.autocast():
                     logp, entropy = self.policy_lp(
                         p.input_ids, p.position_ids, p.positions, p.targets, with_entropy=True
                     )
-                assert p.advantages is not None  # step 3
-                per_token, clipped = clipped_surrogate(
-                    logp, p.old_logprobs, p.advantages, self.config.clip_eps
-                )
-                loss = token_level(per_token, total_trainable)
+                    assert p.advantages is not None  # step 3
+                    per_token, clipped = clipped_surrogate(
+                        logp, p.old_logprobs, p.advantages, self.config.clip_eps
+                    )
+                    loss = token_level(per_token, total_trainable)
                 if update:
-                    (loss * self.loss_scale).backward()
+                    with self.timed("backward"):
+                        (loss * self.loss_scale).backward()
                 sums["policy_loss"] += loss.item()
                 sums["clipped"] += clipped.sum().item()
                 sums["approx_kl"] += approx_kl(logp.detach(), p.old_logprobs).sum().item()
                 assert entropy is not None  # asked for with_entropy=True
                 sums["entropy"] += entropy.sum().item()
         if update:
-            self.policy_grad_norm = _clip(self.policy, self.config.max_grad_norm)
-            self.policy_opt.step()
+            with self.timed("optimizer"):
+                self.policy_grad_norm = _clip(self.policy, self.config.max_grad_norm)
+                self.policy_opt.step()
         keys = list(sums)
         sums = dict(zip(keys, distributed.global_sum([sums[k] for k in keys], self.device)))
         return dict(
@@ -326,6 +402,8 @@ class PPOTrainer:
     ) -> StepMetrics:
         """One PPO step on ``segments`` (this rank's share when sharded; ``bins`` as in ``prepare``)."""
         started = time.perf_counter()
+        self.times = dict.fromkeys(TIMED, 0.0)
+        self.policy_grad_norm = self.critic_grad_norm = float("nan")
         prepared = self.prepare(segments, bins)
         local = sum(int(p.positions.numel()) for p in prepared)
         total_trainable = int(distributed.global_sum([local], self.device)[0])  # |M| of the step
@@ -348,20 +426,23 @@ class PPOTrainer:
         advantages = torch.cat(
             [p.advantages for p in prepared if p.advantages is not None]
         ).double()
-        count, total, squares, segs, tokens = distributed.global_sum(
+        count, total, squares, segs, tokens, flops, recomputed = distributed.global_sum(
             [
                 advantages.numel(),
                 advantages.sum().item(),
                 (advantages**2).sum().item(),
                 len(segments),
                 sum(p.batch.num_tokens for p in prepared if p.batch.spans),
+                self._step_flops(prepared, update_policy),
+                sum(p.recomputed for p in prepared),
             ],
             self.device,
         )
-        top, neg_bottom = distributed.global_max(
+        top, neg_bottom, seconds = distributed.global_max(
             [
                 advantages.max().item() if advantages.numel() else -np.inf,
                 -advantages.min().item() if advantages.numel() else -np.inf,
+                seconds,
             ],
             self.device,
         )
@@ -385,12 +466,20 @@ class PPOTrainer:
             tokens=int(tokens),
             trainable_tokens=total_trainable,
             seconds=seconds,
-            model_flops=self._step_flops(prepared, total_trainable, update_policy),
-            shard_logprob_tokens=total_trainable - sum(p.recomputed for p in prepared),
+            model_flops=flops,
+            shard_logprob_tokens=total_trainable - int(recomputed),
+            world_size=self.world_size,
+            policy_grad_norm=self.policy_grad_norm,
+            critic_grad_norm=self.critic_grad_norm,
+            forward_seconds=self.times["forward"],
+            backward_seconds=self.times["backward"],
+            optimizer_seconds=self.times["optimizer"],
         )
 
-    def _step_flops(self, prepared: list[PreparedBatch], trainable: int, updated: bool) -> float:
+    def _step_flops(self, prepared: list[PreparedBatch], updated: bool) -> float:
+        """Model FLOPs of this rank's share of the step (``trainer/flops.py``)."""
         lengths = [end - start for p in prepared for _, start, end in p.batch.spans]
+        trainable = sum(int(p.positions.numel()) for p in prepared if p.batch.spans)
         critic_fwd = self.critic_shape.forward_flops(lengths, 0)
         policy_fwd = self.policy_shape.forward_flops(lengths, trainable)
         updates = self.config.policy_updates

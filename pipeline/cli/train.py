@@ -6,13 +6,12 @@ module level, so ``seam --help`` works without it.
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import os
 from pathlib import Path
 
 from pipeline.cli.aliases import deprecated_alias
 from pipeline.common.errors import UsageError
-from trainer.flops import H200_BF16_DENSE_PEAK
 
 COLUMNS = [  # (header, width, formatter of a StepMetrics)
     ("step", 4, lambda m: f"{m.step}" + ("" if m.policy_updated else "w")),
@@ -55,25 +54,82 @@ def _check_model_dir(flag: str, path: str) -> None:
         )
 
 
-def run_train_step(args) -> int:
-    args.shards = args.dir or args.shards
+def _export_hf(args) -> int:
+    if args.out is None:
+        raise UsageError("--export-hf needs --out DIR (where the policy and critic are written)")
+    if args.dir or args.shards or args.resume:
+        raise UsageError(
+            "--export-hf only converts a checkpoint: give no build directory or --resume"
+        )
+    _require_torch("train-step --export-hf")
+    _quiet_transformers()
+    from trainer.checkpoint import export_hf
+
+    try:
+        written = export_hf(args.export_hf, args.out)
+    except (FileNotFoundError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    print(f"wrote {written['policy']} and {written['critic']} (Hugging Face format)")
+    return 0
+
+
+def _peak_flops(args, device) -> float | None:
+    """--peak-tflops, else the device's known dense bf16 peak; None (no MFU) when unknown."""
+    from trainer.flops import device_peak_flops
+
+    if args.peak_tflops is not None:
+        return args.peak_tflops * 1e12
+    if device.type == "cuda":
+        import torch
+
+        return device_peak_flops(torch.cuda.get_device_name(device))
+    return None
+
+
+def _columns(peak: float | None):
+    columns = COLUMNS + [("|g| policy", 10, lambda m: f"{m.policy_grad_norm:.3g}")]
+    if peak:
+        columns.append(("MFU", 6, lambda m: f"{m.mfu(peak):.1%}"))
+    return columns
+
+
+def _check_options(args) -> None:
     if args.shards is None:
         raise UsageError("seam train-step needs the build directory: seam train-step DIR")
+    if args.model is None:
+        raise UsageError("seam train-step needs --model DIR (a Hugging Face causal LM)")
+    if args.out is not None:
+        raise UsageError("--out goes with --export-hf; to keep the trained models use --save DIR")
+    if args.resume and args.checkpoint_dir is None:
+        raise UsageError("--resume needs --checkpoint-dir (the run's checkpoints)")
+    if args.checkpoint_every is not None and args.checkpoint_dir is None:
+        raise UsageError("--checkpoint-every needs --checkpoint-dir")
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise UsageError("--checkpoint-every must be at least 1")
+    _check_model_dir("--model", args.model)
+    _check_model_dir("--critic", args.critic or args.model)
+
+
+def run_train_step(args) -> int:
+    if args.export_hf is not None:
+        return _export_hf(args)
+    args.shards = args.dir or args.shards
+    _check_options(args)
     torch = _require_torch("train-step")
     from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
     from rich.table import Table
 
     from trainer import distributed
-    from trainer.batching import plan_steps
+    from trainer.loop import Checkpointing, PlanOptions, RunError, run
     from trainer.models import Critic, load_policy
     from trainer.ppo import PPOConfig, PPOTrainer
-    from trainer.streaming import build_index, read_rows, split_step
+    from trainer.streaming import build_index
 
-    _check_model_dir("--model", args.model)
-    _check_model_dir("--critic", args.critic or args.model)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is visible to torch")
+    dtype = args.dtype or ("bf16" if device.type == "cuda" else "fp32")
     try:
         config = PPOConfig(
             policy_lr=args.policy_lr,
@@ -90,7 +146,8 @@ def run_train_step(args) -> int:
             max_grad_norm=args.max_grad_norm,
             micro_batch_tokens=args.micro_batch_tokens,
             recompute_old_logprobs=args.recompute_old_logprobs,
-            bf16=device.type == "cuda",
+            bf16=dtype == "bf16",
+            activation_checkpointing=args.activation_checkpointing,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -105,7 +162,8 @@ def run_train_step(args) -> int:
     if distributed.launched_by_torchrun():
         if args.save:
             raise UsageError(
-                "--save under torchrun is not supported yet (DCP checkpoints: issue 25 item 3)"
+                "--save under torchrun: use --checkpoint-dir DIR, then "
+                "'seam train-step --export-hf DIR --out OUT'"
             )
         rank, world = distributed.init(device)
         if device.type == "cuda":
@@ -126,42 +184,70 @@ def run_train_step(args) -> int:
         not console.is_terminal
     ):  # logs and make: rich would otherwise squeeze the table into 80 columns
         console = Console(width=200, quiet=rank != 0)
-    columns = COLUMNS + (
-        [("MFU", 6, lambda m: f"{m.mfu(args.peak_tflops * 1e12):.1%}")]
-        if device.type == "cuda"
-        else []
-    )
+    peak = _peak_flops(args, device)
+    columns = _columns(peak)
     console.print(
         f"[bold]seam train-step[/]: {len(index.segments)} segments from {args.shards}, model {args.model}, "
-        f"device {device}, λ "
+        f"device {device}, {dtype}, λ "
         f"{f'adaptive per {args.lambda_rule} (α={args.alpha:g})' if args.lam is None else args.lam}, "
         f"{config.critic_updates} critic updates per policy update"
         + (f", {world} ranks" if world > 1 else "")
     )
-    plan = plan_steps(
-        index.segments, args.rollouts_per_step, args.steps, args.max_step_tokens, args.shuffle_seed
+    metrics_file = open(args.metrics, "a") if args.metrics and rank == 0 else None  # noqa: SIM115
+    progress = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=rank != 0 or not console.is_terminal,
     )
-    for number, step in enumerate(plan):
-        share = split_step(step, world, config.micro_batch_tokens)[rank]
-        try:
-            segments = read_rows(index, share.segments)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from exc
-        top = max((int(s.input_ids.max()) for s in segments), default=0)
-        if top >= vocab:
-            raise UsageError(
-                f"the shards hold token id {top} but {args.model} has a vocabulary of {vocab}: "
-                "build the shards with the model's tokenizer"
-            )
-        metrics = trainer.step(segments, list(share.micro_batches))
-        metrics = dataclasses.replace(metrics, rollouts=len({s.rollout_id for s in step}))
-        table = Table(show_header=number == 0, box=None, pad_edge=False)
+    task = progress.add_task("PPO steps", total=args.steps)
+    printed = [False]
+
+    def on_step(m) -> None:
+        table = Table(show_header=not printed[0], box=None, pad_edge=False)
         for header, width, _ in columns:
             table.add_column(header, width=width, justify="right", no_wrap=True)
-        table.add_row(*(fmt(metrics) for _, _, fmt in columns))
-        console.print(table)
+        table.add_row(*(fmt(m) for _, _, fmt in columns))
+        progress.console.print(table)
+        printed[0] = True
+        progress.update(task, completed=m.step)
+        if metrics_file is not None:
+            metrics_file.write(json.dumps(m.record(peak)) + "\n")
+            metrics_file.flush()
+
+    checkpoints = None
+    if args.checkpoint_dir is not None:
+        checkpoints = Checkpointing(Path(args.checkpoint_dir), args.checkpoint_every, args.resume)
+    try:
+        with progress:
+            history = run(
+                trainer,
+                index,
+                PlanOptions(
+                    args.rollouts_per_step, args.steps, args.max_step_tokens, args.shuffle_seed
+                ),
+                rank,
+                world,
+                checkpoints=checkpoints,
+                model_dirs={"policy": args.model, "critic": args.critic or args.model},
+                vocab_size=vocab,
+                on_step=on_step,
+            )
+    except (RunError, FileNotFoundError) as exc:
+        raise UsageError(str(exc)) from exc
+    finally:
+        if metrics_file is not None:
+            metrics_file.close()
+    if not history:
+        console.print(
+            f"nothing to do: the checkpoint is at step {trainer.steps_done} of {args.steps}"
+        )
     if config.critic_warmup_steps:
         console.print("w = critic warm-up step: the policy was not updated")
+    if checkpoints is not None and history:
+        console.print(f"checkpoint: {args.checkpoint_dir}/latest (step {trainer.steps_done})")
     if args.save:
         trainer.save(args.save, args.model)
         console.print(f"saved {args.save}/policy and {args.save}/critic")
@@ -199,9 +285,7 @@ def register(sub) -> None:
         help="A build directory with train-*.parquet RL shards (seam build-rl).",
     )
     deprecated_alias(p, "--shards", "the build directory as the first argument", dest="shards")
-    p.add_argument(
-        "--model", required=True, help="Local Hugging Face causal LM directory (the policy)."
-    )
+    p.add_argument("--model", help="Local Hugging Face causal LM directory (the policy).")
     p.add_argument(
         "--critic",
         help="Critic directory: a saved critic, or a causal LM to start one from (default: --model).",
@@ -303,9 +387,43 @@ def register(sub) -> None:
     p.add_argument(
         "--peak-tflops",
         type=float,
-        default=H200_BF16_DENSE_PEAK / 1e12,
-        help="Accelerator peak for MFU, TFLOP/s (default: H200 bf16 dense, 989).",
+        help="Peak of one device for MFU, TFLOP/s (default: the GPU's known dense bf16 peak, "
+        "e.g. 989 for an H100/H200; no MFU on CPU unless given).",
     )
+    p.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16"],
+        help="Compute dtype (default: bf16 on cuda, fp32 on cpu). bf16: autocast over fp32 "
+        "master weights; under torchrun also bf16 parameters with fp32 gradient reduction.",
+    )
+    p.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="Recompute each decoder layer's activations in the backward (less memory, ~1/3 more compute).",
+    )
+    p.add_argument(
+        "--metrics", help="Append one JSON object per step to this file (JSONL; rank 0)."
+    )
+    p.add_argument(
+        "--checkpoint-dir",
+        help="Write DCP checkpoints here (models, optimizers, step, RNG, plan cursor) after "
+        "the last step and every --checkpoint-every steps; DIR/latest names the newest.",
+    )
+    p.add_argument("--checkpoint-every", type=int, help="Checkpoint every N steps.")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="Continue the run in --checkpoint-dir from its latest checkpoint (any world size); "
+        "--steps counts from the run's first step.",
+    )
+    p.add_argument(
+        "--export-hf",
+        metavar="CKPT",
+        help="Instead of training: write the policy and critic of checkpoint CKPT (a "
+        "--checkpoint-dir, or one step-N directory in it) to --out DIR/policy and DIR/critic "
+        "in Hugging Face format.",
+    )
+    p.add_argument("--out", help="Output directory of --export-hf.")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run_train_step)
 

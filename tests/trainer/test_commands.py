@@ -51,13 +51,14 @@ def test_make_tiny_model_then_two_train_steps_print_a_metrics_row_each(tmp_path,
         "trainable/tokens",
         "old lp logged",
         "tok/s",
+        "|g| policy",
     ):
         assert column in header
     rows = [
         line.split() for line in out.splitlines() if line.split() and line.split()[0] in ("1", "2")
     ]
     assert [row[0] for row in rows] == ["1", "2"]
-    assert rows[0][-3:-1] == [
+    assert rows[0][-4:-2] == [
         "30/90",
         "30",
     ]  # step 1: rollout r0000 (2 segments) and r0001, all logged
@@ -142,3 +143,75 @@ def test_gpu_bench_runs_on_cpu_with_the_tiny_config(capsys):
     )
     assert summary["tokens_per_s"] > 0 and 0 < summary["mfu"] < 1
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == summary
+
+
+def test_train_step_writes_metrics_checkpoints_resumes_and_exports(
+    tmp_path, small_vocab_model_dir, capsys
+):
+    from transformers import AutoModelForCausalLM
+
+    from tests.trainer.conftest import SMALL_VOCAB
+
+    write_synthetic_shard(
+        tmp_path / "rl",
+        [[(20, 10), (15, 8)], [(25, 12)], [(18, 6)]],
+        SMALL_VOCAB,
+        with_logprobs=True,
+    )
+    argv = [
+        "train-step",
+        str(tmp_path / "rl"),
+        "--model",
+        str(small_vocab_model_dir),
+        "--device",
+        "cpu",
+        "--rollouts-per-step",
+        "1",
+        "--metrics",
+        str(tmp_path / "metrics.jsonl"),
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--peak-tflops",
+        "1",
+    ]
+    assert main([*argv, "--steps", "1"]) == 0
+    assert main([*argv, "--steps", "2", "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "MFU" in out and "checkpoint: " in out
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    for r in records:
+        assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"])
+        assert r["mfu"] == pytest.approx(r["model_flops"] / (r["seconds"] * 1e12))
+        parts = [r[f"{k}_seconds"] for k in ("forward", "backward", "optimizer", "other")]
+        assert min(parts) >= 0 and sum(parts) == pytest.approx(r["seconds"])
+        assert r["policy_grad_norm"] > 0 and r["critic_grad_norm"] > 0 and r["data_seconds"] > 0
+        assert {"policy_loss", "value_loss", "clip_fraction", "approx_kl"} <= r.keys()
+    assert (tmp_path / "ckpt" / "latest").read_text().strip() == "step-00000002"
+    export = ["train-step", "--export-hf", str(tmp_path / "ckpt"), "--out", str(tmp_path / "hf")]
+    assert main(export) == 0
+    policy = AutoModelForCausalLM.from_pretrained(tmp_path / "hf" / "policy", local_files_only=True)
+    assert policy.config.vocab_size == SMALL_VOCAB
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--resume"], "--resume needs --checkpoint-dir"),
+        (["--checkpoint-every", "2"], "--checkpoint-every needs --checkpoint-dir"),
+        (["--out", "x"], "--out goes with --export-hf"),
+    ],
+)
+def test_train_step_refuses_inconsistent_checkpoint_options_in_one_line(
+    tmp_path, small_vocab_model_dir, capsys, extra, message
+):
+    argv = ["train-step", str(tmp_path), "--model", str(small_vocab_model_dir), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_export_hf_of_a_directory_without_checkpoints_fails_in_one_line(tmp_path, capsys):
+    assert main(["train-step", "--export-hf", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no checkpoint here" in err[0]
