@@ -56,7 +56,7 @@ def losses(history):
 def uninterrupted(small_vocab_model_dir, index):
     trainer = make_trainer(small_vocab_model_dir)
     history = run(trainer, index, PlanOptions(steps=2, **PLAN))
-    return history, params(trainer), trainer
+    return history, params(trainer), torch.rand(4)
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +72,8 @@ def interrupted(small_vocab_model_dir, index, tmp_path_factory):
         checkpoints=Checkpointing(directory, 1),
         model_dirs=dirs,
     )
-    torch.manual_seed(123)  # the checkpoint's RNG state must win over the process's
     resumed = make_trainer(small_vocab_model_dir)
+    torch.manual_seed(123)  # the checkpoint's RNG state must win over the process's
     after = run(
         resumed,
         index,
@@ -81,12 +81,13 @@ def interrupted(small_vocab_model_dir, index, tmp_path_factory):
         checkpoints=Checkpointing(directory, resume=True),
         model_dirs=dirs,
     )
-    return directory, before, after, resumed, first
+    return directory, before, after, resumed, first, torch.rand(4)
 
 
 def test_resume_in_one_process_equals_the_uninterrupted_run_bit_for_bit(uninterrupted, interrupted):
-    history, expected, _ = uninterrupted
-    directory, before, after, resumed, _ = interrupted
+    history, expected, draws = uninterrupted
+    directory, before, after, resumed, _, resumed_draws = interrupted
+    assert torch.equal(resumed_draws, draws)  # the RNG continues where the checkpoint left it
     assert [m.step for m in after] == [2]
     assert losses(before + after) == losses(history)  # exact, not approximate
     got = params(resumed)
@@ -114,7 +115,7 @@ def test_a_checkpoint_holds_the_step_cursor_plan_and_rng(interrupted, index):
 def test_export_hf_writes_models_that_load_with_transformers(interrupted, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    directory, _, _, _, first = interrupted
+    directory, _, _, _, first, _ = interrupted
     out = checkpoint.export_hf(directory / "step-00000001", tmp_path / "hf")
     policy = AutoModelForCausalLM.from_pretrained(out["policy"], local_files_only=True)
     for (name, got), (_, want) in zip(
