@@ -19,6 +19,11 @@ FAST_TESTS := tests/test_properties.py tests/test_segment_ids.py tests/test_segm
 	tests/test_mask_options.py tests/test_drop_truncated.py tests/test_witness.py tests/test_fidelity.py \
 	tests/trainer/test_gae.py tests/readers
 
+# Property tests that draw fewer examples in make test than in make fuzz (tests/examples.py)
+DEEP_PROPERTY_TESTS := tests/readers/test_run_together.py tests/test_long_text.py \
+	tests/test_chat_jinja.py tests/trainer/test_gae.py tests/readers/test_call_delta.py \
+	tests/test_tokenizer.py tests/gateway/test_gateway_delta.py
+
 .PHONY: setup build-rl-shards build-sft test test-all test-fast test-wheel test-trainers lint mutate bench fuzz report train-step clean
 
 # The main job needs only the core install (no torch, no aiohttp, no matplotlib); tests,
@@ -46,9 +51,12 @@ build-sft: $(CORE)
 	$(BIN)/seam build-sft $(SAMPLE) --out out/sft --overwrite
 	$(BIN)/seam audit out/sft
 
-## The everyday loop: every test but the slow integration ones (marked `slow`; ~7 min on 2 cores)
+## The everyday loop: every test but the slow integration ones (marked `slow`), in two
+## pytest-xdist workers, one per core (the session builds are shared: tests/built_once.py).
+## TEST_WORKERS=0 runs one process (CI does: its other lanes use the second core).
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/pytest -m "not slow" --durations=15
+	$(BIN)/pytest -m "not slow" -n $(TEST_WORKERS) --dist loadscope --durations=15
 
 ## Every test, the slow integration tests included (what CI runs)
 test-all: $(STAMP)
@@ -108,6 +116,7 @@ report: build-rl-shards $(STAMP)
 fuzz: $(STAMP)
 	SEAM_FUZZ_EXAMPLES=300 SEAM_CRASH_KILLS=40 $(BIN)/pytest -q -s tests/robustness
 	SEAM_EXHAUSTIVE=1 $(BIN)/pytest -q tests/test_incremental_rendering.py
+	SEAM_DEEP_PROPERTIES=1 $(BIN)/pytest -q $(DEEP_PROPERTY_TESTS)
 
 ## Benchmarks (~15 min on 2 cores): ratios measured in one run, table on stdout, numbers in out/bench.json
 bench: $(STAMP)

@@ -11,6 +11,7 @@ from pipeline.build.run import BuildConfig, run_build
 from pipeline.sft.stage import SftStage
 from schemas.correction import Correction, executed_output_text
 from schemas.rollout import MessageEvent
+from tests.built_once import built_once
 from tests.judge.rollouts import Story
 from tests.strategies import log_token_ids
 
@@ -89,21 +90,21 @@ def rl_rollouts(renderer):
 
 @pytest.fixture(scope="session")
 def rl_build(tmp_path_factory, renderer):
-    tmp = tmp_path_factory.mktemp("rl")
-    lines = [r.model_dump_json(exclude_none=True) for r in rl_rollouts(renderer)]
-    lines[2:2] = BROKEN_LINES
-    (tmp / "in.jsonl").write_text("\n".join(lines) + "\n")
-    out = tmp / "out"
-    run_build(
-        BuildConfig(
-            inputs=[str(tmp / "in.jsonl")],
-            out=str(out),
-            workers=1,
-            progress=False,
-            rows_per_shard=7,
+    def build(tmp):
+        lines = [r.model_dump_json(exclude_none=True) for r in rl_rollouts(renderer)]
+        lines[2:2] = BROKEN_LINES
+        (tmp / "in.jsonl").write_text("\n".join(lines) + "\n")
+        run_build(
+            BuildConfig(
+                inputs=[str(tmp / "in.jsonl")],
+                out=str(tmp / "out"),
+                workers=1,
+                progress=False,
+                rows_per_shard=7,
+            )
         )
-    )
-    return out
+
+    return built_once(tmp_path_factory, "rl", build) / "out"
 
 
 def corrected(rollout_id: str):
@@ -133,35 +134,36 @@ def cut_at_max_tokens(rollout, text: str = "Let me"):
 def sft_build(tmp_path_factory):
     """A corrected rollout (a state correction at its summary call), a plain one, and one
     the summary-loop filter quarantines."""
-    tmp = tmp_path_factory.mktemp("sft")
-    good = corrected("good")
-    plain = (
-        two_compactions("plain")
-        .build(reward=0.0, resolved=False)
-        .model_copy(update={"task_id": "t2"})
-    )
-    loop = (
-        Story("loop")
-        .act(("bash", {"command": "pytest"}, FAIL))
-        .compact(SUMMARY)
-        .compact(SUMMARY)
-        .build(reward=0.0)
-    )
-    (tmp / "in.jsonl").write_text(
-        "\n".join(r.model_dump_json(exclude_none=True) for r in (good, plain, loop)) + "\n"
-    )
-    out = tmp / "out"
-    run_build(
-        BuildConfig(
-            inputs=[str(tmp / "in.jsonl")],
-            out=str(out),
-            kind="sft",
-            workers=1,
-            progress=False,
-            stage=SftStage(),
+
+    def build(tmp):
+        good = corrected("good")
+        plain = (
+            two_compactions("plain")
+            .build(reward=0.0, resolved=False)
+            .model_copy(update={"task_id": "t2"})
         )
-    )
-    return out
+        loop = (
+            Story("loop")
+            .act(("bash", {"command": "pytest"}, FAIL))
+            .compact(SUMMARY)
+            .compact(SUMMARY)
+            .build(reward=0.0)
+        )
+        (tmp / "in.jsonl").write_text(
+            "\n".join(r.model_dump_json(exclude_none=True) for r in (good, plain, loop)) + "\n"
+        )
+        run_build(
+            BuildConfig(
+                inputs=[str(tmp / "in.jsonl")],
+                out=str(tmp / "out"),
+                kind="sft",
+                workers=1,
+                progress=False,
+                stage=SftStage(),
+            )
+        )
+
+    return built_once(tmp_path_factory, "sft", build) / "out"
 
 
 def shard_rows(build_dir) -> list[dict]:

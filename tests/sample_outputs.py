@@ -17,12 +17,15 @@ copies the build first).
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.built_once import built_once
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample"
@@ -92,11 +95,18 @@ def build_and_hash(workdir: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def sample_outputs(tmp_path_factory) -> Iterator[SampleOutputs]:
-    """The main jobs' outputs on ``data/sample``, shared read-only by the whole session."""
+    """The main jobs' outputs on ``data/sample``, shared read-only by the whole session
+    (built once for all xdist workers)."""
     if not SAMPLE.exists():
         pytest.skip("data/sample is missing")
-    outputs = run_main_jobs(tmp_path_factory.mktemp("main-jobs"))
-    built = outputs.hashes()
+
+    def build(workdir: Path) -> None:
+        # The hashes as built, beside out/: every xdist worker compares with these.
+        hashes = run_main_jobs(workdir).hashes()
+        (workdir / "built-hashes.json").write_text(json.dumps(hashes))
+
+    outputs = SampleOutputs(built_once(tmp_path_factory, "main-jobs", build))
+    built = json.loads((outputs.workdir / "built-hashes.json").read_text())
     yield outputs
     now = outputs.hashes()
     changed = sorted(k for k in built.keys() | now.keys() if built.get(k) != now.get(k))

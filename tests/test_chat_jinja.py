@@ -11,10 +11,11 @@ from pipeline.core.chat_jinja import compile_chat_template
 from pipeline.core.render import template_message
 from pipeline.core.tokenizer import CHAT_TEMPLATES, load_tokenizer
 from schemas.replay import replay
+from tests.examples import examples
 from tests.strategies import TOOLS, rollouts
 
 SETTINGS = settings(
-    max_examples=40,
+    max_examples=examples(15, 40),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -27,6 +27,7 @@ from pipeline.core.long_text import (
     supports_pieces,
 )
 from pipeline.core.tokenizer import QWEN25_SPECIAL_TOKENS, QWEN_SPLIT_PATTERN, load_build_tokenizer
+from tests.examples import examples
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,7 @@ TEXTS = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(60, 200), deadline=None)
 @given(TEXTS, st.integers(1, 48))
 def test_pieces_cut_by_the_rule_have_the_whole_texts_ids(text, piece_chars):
     backend = load_build_tokenizer().backend_tokenizer  # cached; not a fixture (its repr is huge)

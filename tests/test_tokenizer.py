@@ -15,6 +15,7 @@ from pipeline.core.tokenizer import (
     load_build_tokenizer,
     load_tokenizer,
 )
+from tests.examples import examples
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def tiktoken_qwen():
     return get_tokenizer("qwen2.5-72b-instruct")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(100, 300), deadline=None)
 @given(st.text(max_size=200))
 def test_encodes_exactly_like_tiktoken_over_the_same_ranks(tiktoken_qwen, tokenizer, text):
     text = unicodedata.normalize("NFC", text)

@@ -33,6 +33,7 @@ setting any of it back.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,8 +142,18 @@ def _tool_call_token_id(manifest: dict | None) -> int | None:
     path = Path((manifest or {}).get("tokenizer", {}).get("name_or_path", "")) / "tokenizer.json"
     if not path.is_file():
         return None
-    added = json.loads(path.read_text()).get("added_tokens", [])
-    return next((t["id"] for t in added if t.get("content") == TOOL_CALL_TOKEN), None)
+    stat = path.stat()
+    return _added_token_id(str(path), stat.st_mtime_ns, stat.st_size, TOOL_CALL_TOKEN)
+
+
+@functools.lru_cache(maxsize=8)
+def _added_token_id(path: str, mtime_ns: int, size: int, content: str) -> int | None:
+    """The id of the added token ``content`` in the tokenizer.json at ``path``, parsed once
+    per process for each version of the file (mtime and size are part of the key): the
+    file is ~7 MB of JSON, ~1 s to parse, and a process that opens many connections (the
+    Python API in a notebook, the test suite) would parse it on every one."""
+    added = json.loads(Path(path).read_text()).get("added_tokens", [])
+    return next((t["id"] for t in added if t.get("content") == content), None)
 
 
 def _sql_list(paths) -> str:

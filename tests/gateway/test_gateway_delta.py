@@ -22,6 +22,7 @@ from bench.engine_stub import make_app
 from pipeline.readers import Accepted, Rejected, Skipped
 from pipeline.readers.call_delta import FULL_EVERY, Resolver, is_delta
 from pipeline.readers.openai_messages import UNDELIVERED, ChatCompletionsReader
+from tests.examples import examples
 from tests.gateway.builds import build_collection, calls_of, rewards_file, rows_of
 from tests.gateway.serving import ThreadedApp
 
@@ -268,7 +269,7 @@ _message = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(100, 300))
 @given(st.lists(_message, max_size=4), _message, st.lists(_message, max_size=6))
 def test_extends_previous_is_the_normalized_comparison(sent_before, answer, messages):
     """The raw-first comparison gives what normalizing every message gave (the online

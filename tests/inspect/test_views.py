@@ -190,3 +190,20 @@ def test_reasons_that_differ_only_by_a_session_id_are_one_kind(tmp_path):
     con.execute(_quarantine_sql(path))
     kinds = con.execute("SELECT DISTINCT reason_kind FROM quarantine").fetchall()
     assert kinds == [("session N: duplicate rollout_id at line N",)]
+
+
+def test_the_tool_call_id_is_reread_when_the_tokenizer_file_changes(tmp_path):
+    """connect() caches the <tool_call> id per tokenizer.json version (path, mtime, size):
+    a tokenizer rewritten in place gives its new id, not the cached one."""
+    import os
+
+    from pipeline.inspect.duckdb_views import TOOL_CALL_TOKEN, _tool_call_token_id
+
+    manifest = {"tokenizer": {"name_or_path": str(tmp_path)}}
+    file = tmp_path / "tokenizer.json"
+    file.write_text(json.dumps({"added_tokens": [{"id": 7, "content": TOOL_CALL_TOKEN}]}))
+    assert _tool_call_token_id(manifest) == 7
+    file.write_text(json.dumps({"added_tokens": [{"id": 12, "content": TOOL_CALL_TOKEN}]}))
+    os.utime(file, ns=(1, 1))  # a different mtime even where the clock is coarse
+    assert _tool_call_token_id(manifest) == 12
+    assert _tool_call_token_id({"tokenizer": {"name_or_path": str(tmp_path / "none")}}) is None

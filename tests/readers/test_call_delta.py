@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.readers.call_delta import MissingBase, Resolver, _common_prefix, decode, encode
+from tests.examples import examples
 
 small = st.lists(st.integers(0, 3), max_size=30)
 messages = st.lists(
@@ -60,7 +61,7 @@ record = st.builds(
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(60, 200))
 @given(record, record, messages, small)
 def test_a_delta_decodes_to_its_record(base, current, extra, extra_ids):
     base["seam"]["call"], current["seam"]["call"] = 1, 2

@@ -16,6 +16,7 @@ from pipeline.readers.common import (
     run_together,
     top_level_fields,
 )
+from tests.examples import examples
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12))
 values = st.recursive(
@@ -36,7 +37,7 @@ def test_whole_records_run_together_are_all_read(recs):
     assert [obj for obj, _ in run_together(line)] == recs
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(50, 150), deadline=None)
 @given(records, st.integers(min_value=1, max_value=200), st.lists(records, min_size=1, max_size=3))
 def test_a_cut_record_before_whole_ones_loses_only_itself(cut_record, cut_at, recs):
     text = json.dumps(cut_record, ensure_ascii=False)

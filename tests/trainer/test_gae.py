@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.examples import examples
 from trainer.gae import adaptive_lambda, cross_trajectory_gae, local_gae, segment_lambda
 
 
@@ -75,7 +76,7 @@ def credit(lengths, rule, gamma=1.0):
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(100, 300), deadline=None)
 @given(
     lengths=st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=8),
     gamma=st.floats(0.9, 1.0),
