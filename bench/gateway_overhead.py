@@ -18,7 +18,9 @@ Reported per engine and number of sessions:
   ``/proc/PID/stat``) over its rounds, per call;
 and once, from the gateway's call logs: bytes logged per call against the history
 length (messages in the call's request), for the delta log and for the same calls stored
-whole.
+whole; and once, streamed (``ttft``): the time to the first text chunk and to the whole
+answer, straight and through the gateway, from an engine that streams its text in 8
+chunks 20 ms apart (``bench_ttft``).
 
 Run alone: ``python bench/gateway_overhead.py [--quick]``; ``make bench`` includes it.
 """
@@ -203,6 +205,7 @@ def bench_gateway(quick: bool = False, rounds: int = 2) -> dict:
         results["engines"][f"{int(delay)} ms per call"] = rows
         if delay == 0.0:
             results["bytes_logged_per_call"] = _log_sizes(collect / "calls")
+    results["ttft"] = bench_ttft(work, env, calls=10 if quick else 30)
     shutil.rmtree(work, ignore_errors=True)  # the logs were measured; nothing else reads them
     results["note"] = (
         "added latency: median (p99) through the gateway minus straight to the engine, all "
@@ -211,11 +214,81 @@ def bench_gateway(quick: bool = False, rounds: int = 2) -> dict:
     return results
 
 
+async def _streamed(client, url: str, calls: int, ttft: list[float], total: list[float]) -> None:
+    """``calls`` streamed calls, one at a time: the time to the first chunk with text, and
+    to the end of the stream."""
+    body = {"model": "stub", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    for _ in range(calls):
+        started, first = time.perf_counter(), None
+        async with client.post(url, json=body) as resp:
+            async for line in resp.content:
+                if first is None and line.startswith(b"data: {") and b"word" in line:
+                    first = time.perf_counter() - started
+        if first is None:
+            raise RuntimeError(f"{url}: no text chunk")
+        ttft.append(first)
+        total.append(time.perf_counter() - started)
+
+
+def bench_ttft(work: Path, env: dict, calls: int = 30, chunk_ms: float = 20.0) -> dict:
+    """Time to first token and to the whole answer, straight and through the gateway, one
+    session, rounds alternating (the gateway relays each chunk as it comes)."""
+    import aiohttp
+
+    stub_port, gw_port = _free_port(), _free_port()
+    stub = _start(
+        ["-m", "bench.engine_stub", "--port", str(stub_port), "--chunk-ms", str(chunk_ms)], env
+    )
+    gateway = _start(
+        ["-m", "pipeline.cli", "gateway", "--port", str(gw_port)]
+        + ["--upstream", f"http://127.0.0.1:{stub_port}/v1", "--out", str(work / "collect-ttft")],
+        env,
+    )
+    sides = {
+        "direct": f"http://127.0.0.1:{stub_port}/v1/chat/completions",
+        "gateway": f"http://127.0.0.1:{gw_port}/s/bench/ttft/v1/chat/completions",
+    }
+    ttft: dict[str, list[float]] = {side: [] for side in sides}
+    total: dict[str, list[float]] = {side: [] for side in sides}
+
+    async def run(side: str) -> None:
+        async with aiohttp.ClientSession() as client:
+            await _streamed(client, sides[side], calls // 2 or 1, ttft[side], total[side])
+
+    try:
+        _wait(f"http://127.0.0.1:{stub_port}/v1/chat/completions")
+        _wait(f"http://127.0.0.1:{gw_port}/healthz")
+        for _ in range(2):
+            for side in sides:
+                asyncio.run(run(side))
+    finally:
+        for proc in (gateway, stub):
+            proc.terminate()
+            proc.wait(30)
+    out: dict = {"chunk_ms": chunk_ms, "calls_per_side": len(ttft["direct"])}
+    for side in sides:
+        out[f"{side}_ttft_median_ms"] = round(statistics.median(ttft[side]) * 1000, 2)
+        out[f"{side}_total_median_ms"] = round(statistics.median(total[side]) * 1000, 2)
+    out["added_ttft_median_ms"] = round(
+        out["gateway_ttft_median_ms"] - out["direct_ttft_median_ms"], 2
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="Fewer calls per session.")
     parser.add_argument("--rounds", type=int, default=2, help="Rounds of each side (default 2).")
+    parser.add_argument(
+        "--ttft", action="store_true", help="Only the streamed time to first token."
+    )
     args = parser.parse_args()
+    if args.ttft:
+        work = Path(tempfile.mkdtemp(prefix="seam-gw-ttft-"))
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        print(json.dumps(bench_ttft(work, env), indent=2))
+        shutil.rmtree(work, ignore_errors=True)
+        return
     print(json.dumps(bench_gateway(args.quick, args.rounds), indent=2))
 
 

@@ -368,3 +368,118 @@ def test_the_assembled_stream_is_the_whole_answer(whole, pieces):
         assembler.add(orjson.loads(orjson.dumps(chunk)))
     assert assembler.finished
     assert orjson.dumps(assembler.response()) == orjson.dumps(whole)
+
+
+THINKING_AND_TOOLS = {
+    "id": "chatcmpl-tools",
+    "object": "chat.completion",
+    "created": 5,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": "Let me look.",
+                "reasoning_content": "The test fails; read it first.",
+                "tool_calls": [
+                    {
+                        "id": "call_a",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"command": "pytest -x"}'},
+                    },
+                    {
+                        "id": "call_b",
+                        "type": "function",
+                        "function": {"name": "edit", "arguments": "not json"},
+                    },
+                ],
+            },
+            "finish_reason": "tool_calls",
+            "token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9],
+        }
+    ],
+    "usage": {"prompt_tokens": 11, "completion_tokens": 9},
+    "prompt_token_ids": list(range(11)),
+}
+
+
+@pytest.fixture(scope="module")
+def scripted():
+    """An engine that answers every call with THINKING_AND_TOOLS, streamed or whole."""
+    from bench.engine_stub import write_stream
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if body.get("stream"):
+            return await write_stream(request, stream_chunks(THINKING_AND_TOOLS, pieces=3))
+        return web.json_response(THINKING_AND_TOOLS)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    served = ThreadedApp(app)
+    yield served.url + "/v1"
+    served.stop()
+
+
+def test_thinking_and_tool_calls_stream_as_they_are_answered_whole(scripted, start_gateway):
+    """Anthropic thinking, text and tool_use blocks (a malformed input as _raw_arguments)
+    and Responses reasoning, message and function_call items: streamed, the SDKs assemble
+    what they get unstreamed; the records are equal."""
+    gw = start_gateway(scripted)
+    claude = anthropic.Anthropic(base_url=gw.base("t", "claude"), api_key="none")
+    kw = {"model": "m", "max_tokens": 64, "messages": HI}
+    whole = claude.messages.create(**kw)
+    with claude.messages.stream(**kw) as events:
+        streamed = events.get_final_message()
+    assert [b.type for b in streamed.content] == ["thinking", "text", "tool_use", "tool_use"]
+    assert streamed.content[3].input == {"_raw_arguments": "not json"}
+    assert streamed.model_dump() == whole.model_dump()
+
+    codex = openai.OpenAI(base_url=gw.base("t", "codex") + "/v1", api_key="none")
+    whole_r = codex.responses.create(model="m", input="hi")
+    events = list(codex.responses.create(model="m", input="hi", stream=True))
+    final = events[-1].response
+    assert [i.type for i in final.output] == [
+        "reasoning",
+        "message",
+        "function_call",
+        "function_call",
+    ]
+    assert final.model_dump(exclude={"created_at"}) == whole_r.model_dump(exclude={"created_at"})
+    deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    assert "".join(deltas) == '{"command": "pytest -x"}not json'
+
+    for rollout in ("claude", "codex"):  # whole (the first call) and streamed (the second)
+        first, second = calls_of(gw.out / "calls" / f"{rollout}.jsonl")
+        for call in (first, second):
+            for key in (*TIMING, "stream", "call", "extends_previous"):
+                call["seam"].pop(key)
+        assert first == second
+
+
+def test_sync_sends_the_last_event_only_after_the_record_is_fsynced(engine, start_gateway):
+    """--durability sync: every chunk may reach the harness, but not the stream's end."""
+    from tests.gateway.test_gateway_durability import Fsyncs
+
+    fsyncs = Fsyncs(hold=True)
+    gw = start_gateway(engine, recorder_options={"durability": "sync", "fsync": fsyncs})
+    body = {"model": "stub", "messages": HI, "stream": True}
+    url = gw.base("t", "sync") + "/v1/chat/completions"
+    seen: list[bytes] = []
+
+    def read() -> None:
+        with requests.post(url, json=body, stream=True, timeout=30) as resp:
+            seen.extend(line for line in resp.iter_lines() if line)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        assert fsyncs.started.wait(30)
+        time.sleep(0.3)
+        # The record is written and its fsync held: the chunks are through, not the end.
+        assert len(seen) >= 9 and b"data: [DONE]" not in seen and not fsyncs.done
+    finally:
+        fsyncs.release.set()
+        reader.join(30)
+    assert seen[-1] == b"data: [DONE]" and fsyncs.done
