@@ -1,34 +1,42 @@
 """The executors a build's tasks run on (``--engine``), registered like the readers:
-each ``Engine`` names the function that runs a list of tasks and yields their results in
-task order, the install extra it needs, and whether its workers own this machine's cores.
-``pipeline/build/run.py`` asks the registry instead of branching on the engine's name, and
-``--engine``'s choices and help come from it. Light on purpose (the runner is named by
-import string), so the command line lists the engines without importing them.
+each ``Engine`` names its executor class, the install extra it needs, and whether its
+workers own this machine's cores. ``pipeline/build/run.py`` asks the registry instead of
+branching on the engine's name, and ``--engine``'s choices and help come from it. Light
+on purpose (the class is named by import string), so the command line lists the engines
+without importing them.
 
-A runner is a context manager ``run(tasks, worker_config, build_config)`` that yields an
-iterator over the tasks' ``TaskResult``\\ s in task order; the output is byte-identical
-whichever engine ran the tasks (tests/test_ray_engine.py)."""
+An executor class is built as ``Class(worker_config, build_config)`` and implements the
+``Executor`` protocol (``pipeline/build/executor.py``: submit the tasks, their results in
+task order, shut down); the output is byte-identical whichever engine ran the tasks
+(tests/test_executors.py runs every registered engine through the protocol,
+tests/test_ray_engine.py compares whole builds)."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.build.config import BuildConfig
+    from pipeline.build.executor import Executor
+    from pipeline.build.worker import WorkerConfig
 
 
 @dataclass(frozen=True)
 class Engine:
     name: str
-    run: str  # "module:function", the runner
+    executor: str  # "module:Class", the executor class (``executor.Executor``)
     help: str  # one sentence for ``--engine``'s help
     extra: str | None = None  # the install extra it needs (``pipeline/extras.py``)
     # Workers are processes of this machine, one per core, each encoding on one thread
     # (the build sets TOKENIZERS_PARALLELISM=false).
     owns_cores: bool = False
 
-    def runner(self) -> Callable:
-        module, _, name = self.run.partition(":")
-        return getattr(importlib.import_module(module), name)
+    def start(self, wconf: WorkerConfig, build: BuildConfig) -> Executor:
+        """The engine's executor for one build (its class imported now)."""
+        module, _, name = self.executor.partition(":")
+        return getattr(importlib.import_module(module), name)(wconf, build)
 
 
 ENGINES: dict[str, Engine] = {}
@@ -49,7 +57,7 @@ def engines_help() -> str:
 register_engine(
     Engine(
         "local",
-        "pipeline.build.run:run_local",
+        "pipeline.build.executor:LocalExecutor",
         "worker processes on this machine.",
         owns_cores=True,
     )
@@ -57,7 +65,7 @@ register_engine(
 register_engine(
     Engine(
         "ray",
-        "pipeline.build.ray_engine:run_on_ray",
+        "pipeline.build.ray_engine:RayExecutor",
         "the same stage functions on Ray Data (map_batches over Arrow); needs `pip install "
         "'seam-rl[ray]'` and, on a cluster, an --out on a filesystem every node can write.",
         extra="ray",

@@ -1,4 +1,5 @@
-"""Run build tasks on Ray Data: the same stage function, ``map_batches`` over Arrow.
+"""Run build tasks on Ray Data (``RayExecutor``, the ``ray`` engine): the same task
+function as the local engine, ``map_batches`` over Arrow.
 
 The task list becomes an Arrow table with one explicit schema (``TASK_SCHEMA``); each
 Ray worker is an actor (``TaskRunner``) that loads the tokenizer once and runs
@@ -12,8 +13,7 @@ node can write (a shared filesystem).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict
 
 import pyarrow as pa
@@ -63,10 +63,30 @@ class TaskRunner:
         )
 
 
-@contextmanager
-def run_on_ray(tasks: list[Task], config: WorkerConfig, build) -> Iterator[Iterator[TaskResult]]:
-    """The ``ray`` engine (``pipeline/build/engines.py``)."""
-    yield run_tasks_on_ray(tasks, config, build.ray_address, build.workers)
+class RayExecutor:
+    """The ``ray`` engine (``pipeline/build/engines.py``), an ``Executor``
+    (``pipeline/build/executor.py``): the tasks run as one Ray Data job when ``results``
+    is read; ``shutdown`` stops reading it (Ray ends the job's actors). Ray itself stays up
+    for the process (started here if no one had: ``--ray-address`` or a local one)."""
+
+    def __init__(self, wconf: WorkerConfig, build) -> None:
+        self.wconf = wconf
+        self.address = build.ray_address
+        self.workers = build.workers
+        self.tasks: list[Task] = []
+        self._results: Iterator[TaskResult] | None = None
+
+    def submit(self, tasks: Sequence[Task]) -> None:
+        self.tasks = list(tasks)
+
+    def results(self) -> Iterator[TaskResult]:
+        self._results = run_tasks_on_ray(self.tasks, self.wconf, self.address, self.workers)
+        return self._results
+
+    def shutdown(self, cancel: bool = False) -> None:
+        if isinstance(self._results, Generator):
+            self._results.close()
+        self._results = None
 
 
 def run_tasks_on_ray(

@@ -1,9 +1,11 @@
 """The streaming build: inputs → tasks → part files (in parallel) → shards.
 
-Stages are plain functions (``worker.run_task`` per task, ``write.write_shards`` once),
-plus an optional ``BuildStage`` (``stage.py``); this module plans the tasks, locks and
-resumes, runs them, publishes the shards and writes the manifest and the card. Memory is bounded by one task's
-rows (a byte range of ``chunk_bytes`` of input) per worker plus one shard.
+Two stages: each task runs the steps of ``worker.run_task`` on the build's executor
+(``executor.py``: the ``--engine`` registered in ``engines.py``), then the finalize stage's
+steps run once (``finalize.py``: duplicates across tasks, advantages and shards, the
+quarantine, a ``BuildStage``'s side outputs, the card and the manifest). This module plans
+the tasks, locks and resumes, and drives the two. Memory is bounded by one task's rows (a
+byte range of ``chunk_bytes`` of input) per worker plus one shard.
 
 Output directory lifecycle:
 - ``OUT/.lock`` is held (``flock``) for the whole build: a second build into the same
@@ -32,9 +34,8 @@ import json
 import os
 import shutil
 import threading
-from collections import Counter, deque
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -42,24 +43,17 @@ from typing import IO, Any
 from pipeline import __version__
 from pipeline.build import out_dir
 from pipeline.build.config import BuildConfig
+from pipeline.build.engines import ENGINES
+from pipeline.build.executor import running
+from pipeline.build.finalize import Finalizing, final_steps, run_final_steps
 from pipeline.build.manifest import Manifest, ManifestError
-from pipeline.build.quarantine import NOT_WRITTEN, merge_quarantine
-from pipeline.build.stats import BuildStats
-from pipeline.build.steps import FirstSeen, Rejection
-from pipeline.build.worker import (
-    TaskResult,
-    WorkerConfig,
-    part_paths,
-    process_pool,
-    run_task,
-    segmenter_for,
-)
-from pipeline.build.write import file_sha256, write_shards
-from pipeline.common.atomic import remove_temporaries, write_json
+from pipeline.build.steps import PipelineStats
+from pipeline.build.worker import TaskResult, part_paths
+from pipeline.build.write import file_sha256
+from pipeline.common.atomic import remove_temporaries
 from pipeline.common.errors import SeamError
 from pipeline.common.step_times import StepTimes
 from pipeline.core.shard_schema import SHARD_SCHEMA_VERSION
-from pipeline.sources.canonical_io import RangeFeeder
 from pipeline.sources.files import Task, plan_tasks, resolve_inputs, walked_files
 from pipeline.sources.read_hash import BLOCK, changed_blocks, file_digests, recording
 
@@ -83,6 +77,9 @@ class BuildResult:
     # this run ran (a resumed task's are not), and the build process's own (finalize).
     worker_times: StepTimes = field(default_factory=StepTimes)
     build_times: StepTimes = field(default_factory=StepTimes)
+    # The finalize stage's steps' counters (``pipeline/build/finalize.py``; not in the
+    # manifest), None for a build that was already up to date.
+    finalize_stats: PipelineStats | None = None
 
 
 class OutputLock:
@@ -211,8 +208,6 @@ def auto_chunk_bytes(files: list[Path]) -> int:
 
 
 def run_build(config: BuildConfig, command: str = "") -> BuildResult:
-    from pipeline.build.engines import ENGINES
-
     start = StepTimes.clock()
     if ENGINES[config.engine].owns_cores:
         # Workers own the cores: every process of a local build encodes on one thread.
@@ -429,15 +424,20 @@ def _run_build(
         todo = [t for t in tasks if t.index not in done]
         wconf = config.worker_config(len(tasks))
         tasks_start = StepTimes.clock()
+        # The build's engine, through the executor protocol (``pipeline/build/executor.py``):
+        # the tasks submitted before the progress bar starts its thread (a local engine
+        # forks its workers there), their results in task order, shut down on every way
+        # out (cancelled on a failure or an interrupt).
         with (
             recording() as fed,  # the compressed ranges this process reads for the workers
-            _task_runner(todo, wconf, config) as results_in_order,
-            task_progress(config.progress, len(tasks), resumed) as advance,
+            running(ENGINES[config.engine].start(wconf, config)) as executor,
         ):
-            for result in results_in_order:
-                done[result.task] = result
-                worker_times.merge(result.timings)
-                advance(result)
+            executor.submit(todo)
+            with task_progress(config.progress, len(tasks), resumed) as advance:
+                for finished_task in executor.results():
+                    done[finished_task.task] = finished_task
+                    worker_times.merge(finished_task.timings)
+                    advance(finished_task)
         # The build process's wait for the workers (elapsed; their work: worker_times).
         build_times.add_since("tasks", tasks_start)
         results = [done[t.index] for t in tasks]
@@ -450,59 +450,6 @@ def _run_build(
         return result
 
 
-@contextmanager
-def _task_runner(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
-    """Start the tasks on the build's engine and yield an iterator over their results in
-    task order.
-
-    Local workers are forked from this process once it has loaded the tokenizer and
-    probed the template (``segmenter_for``), so they start with nothing to load. The
-    fork happens here, before the progress bar starts its thread. Each worker encodes
-    on one thread: the workers own the cores.
-    """
-    from pipeline.build.engines import ENGINES
-
-    with ENGINES[config.engine].runner()(tasks, wconf, config) as results:
-        yield results
-
-
-@contextmanager
-def run_local(tasks: list[Task], wconf: WorkerConfig, config: BuildConfig):
-    """The ``local`` engine (``pipeline/build/engines.py``): forked worker processes."""
-    segmenter_for(wconf)
-    feeder = RangeFeeder()
-    workers = min(config.workers, len(tasks))
-    try:
-        if workers <= 1:
-            yield (run_task(t, wconf, feeder.data_for(t.path, t.start, t.end)) for t in tasks)
-            return
-        with process_pool(workers) as pool:
-            yield _in_order(pool, tasks, wconf, feeder, window=4 * workers)
-    finally:
-        feeder.close()
-
-
-def _in_order(pool, tasks: list[Task], wconf: WorkerConfig, feeder: RangeFeeder, window: int):
-    """Results in task order, with at most ``window`` tasks submitted ahead: a fed task
-    carries its bytes, so submitting them all at once would hold the input in memory."""
-    pending: deque = deque()
-    upcoming = iter(tasks)
-
-    def submit_next() -> None:
-        task = next(upcoming, None)
-        if task is not None:
-            pending.append(
-                pool.submit(run_task, task, wconf, feeder.data_for(task.path, task.start, task.end))
-            )
-
-    for _ in range(window):
-        submit_next()
-    while pending:
-        result = pending.popleft().result()
-        submit_next()
-        yield result
-
-
 def _finished(marker: Path) -> TaskResult | None:
     """A finished task's result from its marker; None for a marker an older seam wrote
     (without the rollout list duplicates are found by): that task runs again."""
@@ -513,144 +460,26 @@ def _finished(marker: Path) -> TaskResult | None:
 
 
 def _finalize(config, out, tasks, results, tok_info, inputs, fingerprint, command) -> BuildResult:
-    times = StepTimes()
-    with times.step("duplicates"):
-        counts, seams, skipped, per_file, excluded, duplicate_entries = _add_up(results)
-    indices = [t.index for t in tasks]
-    extra_fields = config.stage.extra_fields if config.stage is not None else []
-    # Everything a loader would read is written into a hidden staging directory and
-    # renamed into place only once the whole set is complete (``_publish``).
-    staging = out / ".parts" / "publish"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    with times.step("advantages+shards"):
-        shard_hashes, group_of_one = write_shards(
-            config.out,
-            results,
-            config.rows_per_shard,
-            config.use_std,
-            extra_fields,
-            config.workers,
-            config.std_ddof,
-            dest=staging,
-            excluded=excluded,
-        )
-    shards = list(shard_hashes)
-    with times.step("quarantine"):
-        written, not_written = merge_quarantine(
-            [part_paths(config.out, i)[1] for i in indices],
-            staging / "quarantine.jsonl",
-            config.limits,
-            extra=duplicate_entries,
-        )
-    if not_written:
-        counts[NOT_WRITTEN] += not_written
-    # A stage may quarantine records that are not rollouts (the SFT stage's judge
-    # corrections), counted apart under its ``quarantine_counts``; entries past the
-    # quarantine's caps are counted, not written.
-    others = tuple(getattr(config.stage, "quarantine_counts", ()))
-    entries = counts["quarantined"] + sum(counts[k] for k in others)
-    if written + counts[NOT_WRITTEN] != entries:
-        raise RuntimeError(
-            f"quarantine.jsonl holds {written} entries ({counts[NOT_WRITTEN]} more counted, "
-            f"not written) but the tasks counted {counts['quarantined']} rollouts and "
-            f"{entries - counts['quarantined']} other records ({', '.join(others) or 'none'}): "
-            "a record would be lost; this is a bug in seam"
-        )
-    if config.stage is not None:
-        with times.step("stage"):
-            counts.update(
-                config.stage.finalize(config.out, indices, dest=staging, excluded=excluded)
-            )
-    for k in ("read", "accepted", "quarantined"):
-        counts.setdefault(k, 0)
-    manifest = {
-        "seam_version": __version__,
-        "shard_schema_version": SHARD_SCHEMA_VERSION,
-        "kind": config.kind,
-        "command": command,
-        "config": config.fingerprint_config(),
-        "fingerprint": fingerprint,
-        "tokenizer": tok_info,
-        "inputs": inputs,
-        "shards": shards,
-        "shard_sha256": shard_hashes,
-        "counts": dict(sorted(counts.items())),
-        "seams": dict(sorted(seams.items())),
-        "skipped": dict(sorted(skipped.items())),
-        "per_file": per_file,
-        "groups_of_one": group_of_one,
-        "created_unix": None,  # no timestamps: same input and config give the same bytes
-    }
-    from pipeline.build.card import write_card
-
-    with times.step("card+manifest"):
-        _publish(staging, out)
-        out_dir.record(out, ["README.md", "manifest.json"])
-        write_card(out, manifest, extra_fields)
-        write_json(out / "manifest.json", manifest)
-        shutil.rmtree(out / ".parts", ignore_errors=True)
-    result = BuildResult(out, shards, counts, seams, skipped, per_file, group_of_one, manifest)
+    """The build's second stage (``pipeline/build/finalize.py``): its steps, in order."""
+    f = Finalizing(
+        config,
+        out,
+        [t.index for t in tasks],
+        results,
+        {"command": command, "fingerprint": fingerprint, "tokenizer": tok_info, "inputs": inputs},
+    )
+    stats, times = run_final_steps(f, final_steps(config))
+    s = f.stats
+    result = BuildResult(
+        out,
+        list(f.shard_sha256),
+        s.counts,
+        s.seams,
+        s.skipped,
+        s.per_file,
+        f.groups_of_one,
+        f.manifest,
+    )
     result.build_times = times
+    result.finalize_stats = stats
     return result
-
-
-def _add_up(results: list[TaskResult]):
-    """The tasks' counts added up (``BuildStats.merge``), then duplicates taken back out
-    (``_duplicates``, the finalize stage's duplicate rule): counts, seams, skipped,
-    per-file counts, the ordinals left out per task and their quarantine entries."""
-    stats = BuildStats()
-    for r in results:
-        stats.merge(BuildStats.of_task(r))
-    counts, seams, per_file = stats.counts, stats.seams, stats.per_file
-    excluded, duplicate_entries = _duplicates(results, counts, seams, per_file)
-    return counts, seams, stats.skipped, per_file, excluded, duplicate_entries
-
-
-def _duplicates(
-    results: list[TaskResult], counts: Counter, seams: Counter, per_file: dict
-) -> tuple[dict[int, set[int]], list[bytes]]:
-    """Rollouts whose id was accepted before (in input order): the first is kept, every
-    later copy is quarantined (it would join its GRPO group twice and skew the group's
-    advantages) and taken back out of the counts. Returns the ordinals to leave out of
-    the shards, per task, and their quarantine entries."""
-    zero_before = {id(c): {k for k, v in c.items() if v == 0} for c in (counts, seams)}
-    seen = FirstSeen()  # the rule every command applies (pipeline/build/steps.py)
-    excluded: dict[int, set[int]] = {}
-    entries: list[bytes] = []
-    for r in results:
-        for ordinal, (rid, file, line, own, own_seams) in enumerate(r.rollouts):
-            here = f"{file}:{line}" if line is not None else file
-            reason = seen.duplicate(rid, here)
-            if reason is None:
-                continue
-            excluded.setdefault(r.task, set()).add(ordinal)
-            counts.subtract(own)
-            counts["quarantined"] += 1
-            seams.subtract(own_seams)
-            per_file[r.file]["accepted"] -= 1
-            per_file[r.file]["quarantined"] += 1
-            entry = Rejection(file, line, r.format, reason).entry()
-            entries.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
-    for counter in (counts, seams):  # what only the copies had is gone, as if never read
-        for key in [k for k, v in counter.items() if v == 0 and k not in zero_before[id(counter)]]:
-            del counter[key]
-    return excluded, entries
-
-
-def _publish(staging: Path, out: Path) -> None:
-    """Rename every entry of ``staging`` into ``out`` (recorded as seam's first). If a
-    rename fails, the ones done are taken back: a failed build shows no partial set."""
-    names = sorted(p.name for p in staging.iterdir())
-    out_dir.record(out, names)
-    moved: list[str] = []
-    try:
-        for name in names:
-            os.replace(staging / name, out / name)
-            moved.append(name)
-    except BaseException:
-        for name in moved:
-            target = out / name
-            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-        raise
-    staging.rmdir()

@@ -6,7 +6,8 @@ mask + rows, de-duplication. A command is a list of them:
 command         steps (``Pipeline(ReadRecords(...), [...])``)
 ==============  ===========================================================================
 build (task)    read → join rewards → stage prepare → drop damaged → make rows
-build (final)   drop duplicates (across tasks, ``FirstSeen``) → advantages + shards
+build (final)   duplicates (across tasks, ``FirstSeen``) → advantages + shards →
+                quarantine → stage → card + manifest (``pipeline/build/finalize.py``)
 ingest          read → join rewards → drop duplicates → canonical Parquet
 judge           read → drop duplicates → rule/LLM judge
 audit           read → drop damaged → drop duplicates → summary audit
@@ -338,7 +339,7 @@ class FirstSeen:
 
 class DropDuplicates(Step):
     """Quarantine a rollout whose id an earlier item had (``FirstSeen``). The build runs
-    the same rule in its finalize stage, across tasks (``pipeline/build/run.py``)."""
+    the same rule in its finalize stage, across tasks (``pipeline/build/finalize.py``)."""
 
     name = timed_as = "duplicates"
 

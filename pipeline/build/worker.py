@@ -147,33 +147,44 @@ def die_with_parent(parent: int) -> None:
             os._exit(1)
 
 
-@contextmanager
-def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+def start_pool(workers: int) -> ProcessPoolExecutor:
     """A pool of ``workers`` processes set up by ``die_with_parent``, forked where the
-    platform can (they start with what this process already loaded), for the build and
-    ``seam simulate`` alike.
-
-    Leaving it normally waits for the workers to end (``shutdown(wait=True)``: a
-    sentinel each, then a join; no signal is sent). Leaving it by an exception (a
-    failure, SIGTERM, a consumer that stopped) cancels what has not started and kills
-    the workers at once, so nothing writes on. The executor never calls
-    ``multiprocessing.Pool.terminate``, whose teardown can wait forever on a worker
-    stuck on the task queue's lock (its ``_terminate_pool`` joins workers after sending
-    them SIGTERM once, and a worker that holds or waits on that lock may never exit).
-    """
+    platform can (they start with what this process already loaded), for the build's
+    local executor (``pipeline/build/executor.py``) and ``seam simulate`` alike. Ended by
+    ``pool.shutdown(wait=True)`` (a sentinel each, then a join; no signal is sent), after
+    ``kill_pool`` when it must stop at once."""
     method = "fork" if "fork" in get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(
+    return ProcessPoolExecutor(
         max_workers=workers,
         mp_context=get_context(method),
         initializer=die_with_parent,
         initargs=(os.getpid(),),
-    ) as pool:
+    )
+
+
+def kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop ``pool`` at once (a failure, SIGTERM, a consumer that stopped): what has not
+    started is cancelled and the workers are killed, so nothing writes on. Never
+    ``multiprocessing.Pool.terminate``, whose teardown can wait forever on a worker stuck
+    on the task queue's lock (its ``_terminate_pool`` joins workers after sending them
+    SIGTERM once, and a worker that holds or waits on that lock may never exit)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    children = active_children()
+    for child in children:
+        child.kill()
+    for child in children:  # reaped: SIGKILL cannot be caught, so each ends promptly
+        child.join(timeout=5)
+
+
+@contextmanager
+def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """``start_pool(workers)`` for a block: left normally, it waits for the workers to
+    end; left by an exception, it kills them first (``kill_pool``)."""
+    with start_pool(workers) as pool:
         try:
             yield pool
         except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            for child in active_children():
-                child.kill()
+            kill_pool(pool)
             raise
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,16 +32,27 @@ def inputs(tmp_path_factory) -> Path:
     return path
 
 
-@contextmanager
-def run_serially(tasks, wconf, config):
-    """A toy engine: every task in this thread, in order."""
-    RAN.append(config.engine)
-    yield (run_task(t, wconf) for t in tasks)
+class SerialExecutor:
+    """A toy engine: every task in this thread, in order, when its result is read."""
+
+    def __init__(self, wconf, config) -> None:
+        self.wconf, self.engine = wconf, config.engine
+        self.tasks: list = []
+
+    def submit(self, tasks) -> None:
+        self.tasks = list(tasks)
+
+    def results(self):
+        RAN.append(self.engine)
+        return (run_task(t, self.wconf) for t in self.tasks)
+
+    def shutdown(self, cancel: bool = False) -> None:
+        self.tasks = []
 
 
 @pytest.fixture
 def serial_engine():
-    engine = register_engine(Engine("serial", f"{__name__}:run_serially", "one task at a time."))
+    engine = register_engine(Engine("serial", f"{__name__}:SerialExecutor", "one task at a time."))
     yield engine
     del ENGINES["serial"]
 
@@ -56,7 +66,7 @@ def test_a_registered_engine_builds_the_same_bytes(inputs, tmp_path, serial_engi
 
     RAN.clear()
     assert build("serial", "serial") == build("local", "local")
-    assert RAN == ["serial"]  # the registry's runner ran, not the local pool
+    assert RAN == ["serial"]  # the registry's executor ran, not the local pool
     assert "serial: one task at a time." in _help(["build-rl", "--help"])
 
 

@@ -1,0 +1,139 @@
+"""The executor protocol (``pipeline/build/executor.py``), run on every registered engine
+(``pipeline/build/engines.py``): submitted tasks come back in task order as
+``worker.run_task`` gives them, with their part files written; a cancelled executor leaves
+no worker process behind; no task is no result. ``running`` shuts an executor down on every way
+out. An engine that needs an extra (Ray) is a slow test and skipped where not installed."""
+
+from __future__ import annotations
+
+import json
+import random
+from multiprocessing import active_children
+from pathlib import Path
+
+import pytest
+
+from pipeline.build.config import BuildConfig
+from pipeline.build.engines import ENGINES
+from pipeline.build.executor import running
+from pipeline.build.worker import TaskResult, part_paths, run_task
+from pipeline.sources.files import plan_tasks
+from tests.robustness.records import good_record
+
+ENGINE_NAMES = [
+    pytest.param(e.name, marks=[pytest.mark.slow] if e.extra else [], id=e.name)
+    for e in ENGINES.values()
+]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    rng = random.Random(11)
+    records = [good_record(rng, f"r{i}", f"t{i % 3}") for i in range(9)]
+    for i, r in enumerate(records):
+        r["reward"] = float(i % 2)
+    path = tmp_path_factory.mktemp("in") / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+@pytest.fixture(scope="module")
+def ray_started():
+    """Ray, where a test of the ray engine started it, is stopped after the module."""
+    yield
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+def _engine(name: str, ray_started) -> str:
+    if ENGINES[name].extra:
+        pytest.importorskip(ENGINES[name].extra)
+    return name
+
+
+def _plan(inputs: Path, out: Path, engine: str):
+    config = BuildConfig(
+        inputs=[str(inputs)], out=str(out), engine=engine, workers=2, progress=False
+    )
+    # Small ranges: several tasks from the one file.
+    tasks = plan_tasks([inputs], "auto", chunk_bytes=inputs.stat().st_size // 4)
+    return config, config.worker_config(len(tasks)), tasks
+
+
+def _same(result: TaskResult) -> dict:
+    """What a task reports, less its seconds (which differ from run to run)."""
+    fields = json.loads(result.to_json())
+    fields.pop("timings", None)
+    return fields
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_results_come_back_in_task_order_as_run_task_gives_them(
+    engine, inputs, tmp_path, ray_started
+):
+    config, wconf, tasks = _plan(inputs, tmp_path / "out", _engine(engine, ray_started))
+    assert len(tasks) >= 3
+    with running(ENGINES[engine].start(wconf, config)) as executor:
+        executor.submit(tasks)
+        results = list(executor.results())
+    assert [r.task for r in results] == [t.index for t in tasks]
+    for task in tasks:  # every task's part, quarantine and marker written under --out
+        assert all(p.exists() for p in part_paths(config.out, task.index))
+    _, here, _ = _plan(inputs, tmp_path / "here", "local")
+    assert [_same(r) for r in results] == [_same(run_task(t, here)) for t in tasks]
+    assert sum(r.counts.get("accepted", 0) for r in results) == 9
+
+
+# Engines whose workers are processes of this machine (a Ray cluster's workers are Ray's
+# to end: its executor stops reading the job).
+OWN_WORKERS = [e.name for e in ENGINES.values() if e.owns_cores]
+
+
+@pytest.mark.parametrize("engine", OWN_WORKERS)
+def test_a_cancelled_executor_leaves_no_worker_running(engine, inputs, tmp_path, ray_started):
+    config, wconf, tasks = _plan(inputs, tmp_path / "out", _engine(engine, ray_started))
+    executor = ENGINES[engine].start(wconf, config)
+    executor.submit(tasks)
+    first = next(iter(executor.results()))
+    assert first.task == tasks[0].index
+    executor.shutdown(cancel=True)
+    assert active_children() == []
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_no_task_is_no_result(engine, inputs, tmp_path, ray_started):
+    config, wconf, _ = _plan(inputs, tmp_path / "out", _engine(engine, ray_started))
+    with running(ENGINES[engine].start(wconf, config)) as executor:
+        executor.submit([])
+        assert list(executor.results()) == []
+
+
+class Recorder:
+    """An executor that records what the build asked of it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def submit(self, tasks) -> None:
+        self.calls.append(("submit", len(tasks)))
+
+    def results(self):
+        return iter(())
+
+    def shutdown(self, cancel: bool = False) -> None:
+        self.calls.append(("shutdown", cancel))
+
+
+def test_running_shuts_down_once_and_cancels_on_an_exception():
+    ok = Recorder()
+    with running(ok) as executor:
+        executor.submit([])
+    assert ok.calls == [("submit", 0), ("shutdown", False)]
+    failed = Recorder()
+    with pytest.raises(KeyboardInterrupt), running(failed) as executor:
+        executor.submit([])
+        raise KeyboardInterrupt
+    assert failed.calls == [("submit", 0), ("shutdown", True)]
