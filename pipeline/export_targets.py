@@ -7,9 +7,10 @@ are named by import string), so the command line lists the targets cheaply."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+from pipeline.common.registry import add_named, resolve
 
 
 @dataclass(frozen=True)
@@ -31,11 +32,11 @@ class ExportTarget:
     lengths_line: str | None = None  # "module:function" of that line
 
     def writer(self) -> Callable[..., tuple]:
-        return _resolve(self.write)
+        return resolve(self.write)
 
     def lengths_line_of(self, longest: dict) -> str:
         assert self.lengths_line is not None
-        return _resolve(self.lengths_line)(longest)
+        return resolve(self.lengths_line)(longest)
 
 
 EXPORTS: dict[str, ExportTarget] = {}
@@ -43,20 +44,12 @@ EXPORTS: dict[str, ExportTarget] = {}
 
 def register_export(target: ExportTarget) -> ExportTarget:
     """Add a target under its name; a second target with a taken name is a bug."""
-    if target.name in EXPORTS and EXPORTS[target.name] is not target:
-        raise ValueError(f"export target name {target.name!r} is taken")
-    EXPORTS[target.name] = target
-    return target
+    return add_named(EXPORTS, target.name, target, "export target")
 
 
 def takers(has: Callable[[ExportTarget], object]) -> str:
     """The ``--to`` choices whose target ``has`` something (for one-line errors)."""
     return " / ".join(f"--to {name}" for name, spec in EXPORTS.items() if has(spec))
-
-
-def _resolve(spec: str) -> Callable:
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 # How each layout is loaded (the export's README).

@@ -13,9 +13,10 @@ tests/test_ray_engine.py compares whole builds)."""
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from pipeline.common.registry import add_named, resolve
 
 if TYPE_CHECKING:
     from pipeline.build.config import BuildConfig
@@ -35,8 +36,7 @@ class Engine:
 
     def start(self, wconf: WorkerConfig, build: BuildConfig) -> Executor:
         """The engine's executor for one build (its class imported now)."""
-        module, _, name = self.executor.partition(":")
-        return getattr(importlib.import_module(module), name)(wconf, build)
+        return resolve(self.executor)(wconf, build)
 
 
 ENGINES: dict[str, Engine] = {}
@@ -44,10 +44,7 @@ ENGINES: dict[str, Engine] = {}
 
 def register_engine(engine: Engine) -> Engine:
     """Add an engine under its name; a second engine with a taken name is a bug."""
-    if engine.name in ENGINES and ENGINES[engine.name] is not engine:
-        raise ValueError(f"engine name {engine.name!r} is taken")
-    ENGINES[engine.name] = engine
-    return engine
+    return add_named(ENGINES, engine.name, engine, "engine")
 
 
 def engines_help() -> str:

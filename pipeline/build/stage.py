@@ -31,13 +31,13 @@ import string, imported only when a build of that kind is read).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pipeline.common.errors import SeamError
+from pipeline.common.registry import resolve
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -179,8 +179,7 @@ def stage_class(name: str) -> StageClass:
                 f"package that provides it (entry point group {ENTRY_POINT_GROUP!r})"
             )
     if isinstance(found, str):
-        module, _, attr = found.partition(":")
-        found = getattr(importlib.import_module(module), attr)
+        found = resolve(found)
         _REGISTERED[name] = found
     return found
 

@@ -114,3 +114,13 @@ def _help(argv: list[str]) -> str:
     with contextlib.redirect_stdout(buffer), pytest.raises(SystemExit):
         main(argv)
     return " ".join(buffer.getvalue().split())
+
+
+def test_a_taken_name_is_refused_and_the_same_entry_again_is_not():
+    local = ENGINES["local"]
+    assert register_engine(local) is local
+    with pytest.raises(ValueError, match="engine name 'local' is taken"):
+        register_engine(Engine("local", f"{__name__}:SerialExecutor", "another."))
+    assert ENGINES["local"] is local
+    with pytest.raises(ValueError, match="export target name 'trl' is taken"):
+        register_export(ExportTarget("trl", f"{__name__}:write_names", loading={}))

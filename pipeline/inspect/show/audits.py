@@ -13,9 +13,10 @@ audit is best effort: with nothing registered a view shows no findings.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
+
+from pipeline.common.registry import resolve
 
 if TYPE_CHECKING:
     from schemas.rollout import Rollout
@@ -33,8 +34,7 @@ def register_call_audit(name: str, audit: CallAudit | str) -> None:
 def _resolve(name: str) -> CallAudit:
     found = _AUDITS[name]
     if isinstance(found, str):
-        module, _, attr = found.partition(":")
-        found = getattr(importlib.import_module(module), attr)
+        found = resolve(found)
         _AUDITS[name] = found
     return found
 
