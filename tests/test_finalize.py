@@ -9,8 +9,8 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from pipeline.build.run import BuildConfig, run_build
 from pipeline.build.finalize import DropCrossTaskDuplicates, Finalizing, final_steps
+from pipeline.build.run import BuildConfig, run_build
 from pipeline.build.worker import TaskResult
 from tests.robustness.records import good_record
 
