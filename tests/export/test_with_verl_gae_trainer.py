@@ -13,6 +13,8 @@ verl's own code on CPU (skipped where ``verl`` or verl's v1 trainer, which needs
   body of ``SeamGAETrainer._compute_advantage`` between its TransferQueue read and write)
   runs on those values and the rows' ``extra_info`` stored as verl's agent loop stores
   them, and gives ``trainer/gae.py``'s ``cross_trajectory_gae`` on every trainable token;
+  the critic then trains one step on those returns with verl's ``value_loss``
+  (``½·token-mean (V − G)²`` over the mini-batch's 161 trainable tokens);
 - the trainer refuses seam's estimator without a critic; verl's own advantage step still
   runs any other estimator.
 """
@@ -149,6 +151,17 @@ def test_seams_advantage_step_on_verls_critic_values_equals_trainer_gae(
         assert not np.array(row["advantages"])[~trained].any()
         compared += 1
     assert compared == 4  # a0 (1 segment) and a2 (3 segments)
+    # The critic's update on seam's targets: verl's value_loss over the mini-batch (before
+    # the step the prediction is the value, so no clipping) is ½·token-mean (V − G)².
+    residuals = [
+        np.array(row["values"])[m] - np.array(row["returns"])[m]
+        for row in result["rows"]
+        for m in [np.array(row["response_mask"], dtype=bool)]
+    ]
+    squares = np.concatenate(residuals) ** 2
+    assert len(squares) == 161 and result["vf_loss"] == pytest.approx(
+        [0.5 * squares.mean()], rel=1e-5
+    )
     assert {s["trainable_tokens_after"] for s in build.values() if s["rollout_id"] == "a2"} != {0}
 
 
@@ -158,11 +171,15 @@ def critic_advantages(export_dir: str, model_dir: str, out: str, *rollout_ids: s
     (``TrainingWorker``, ``model_type="value_model"``, then ``reset``) with seam's engine
     registered for the CPU platform, its values of the rows of ``rollout_ids`` as the
     trainer's ``_compute_values`` gets them, then seam's advantage step on the fields as
-    verl's TransferQueue holds them. Writes the per-row results to ``out``."""
+    verl's TransferQueue holds them, then one critic update on the returns as the
+    trainer's ``_update_critic`` runs it. Writes the per-row results to ``out``."""
+    from functools import partial
+
     import pyarrow.parquet as pq
     from verl.utils import tensordict_utils as tu
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.engine_workers import TrainingWorker, TrainingWorkerConfig
+    from verl.workers.utils.losses import value_loss
     from verl.workers.utils.padding import left_right_2_no_padding, response_from_nested
 
     import pipeline.export.verl_gae_trainer as seam
@@ -220,7 +237,26 @@ def critic_advantages(export_dir: str, model_dir: str, out: str, *rollout_ids: s
         )
     stored = tu.list_of_dict_to_tensordict(fields)
     output = seam.advantage_step(stored, config.algorithm)
+
+    # One critic update on seam's returns, as the trainer's _update_critic runs it: verl's
+    # value_loss over one mini-batch of every row, one epoch.
+    batch["values"] = values.to_padded_tensor(0.0, (len(rows), batch["responses"].shape[1]))
+    batch["returns"] = output["returns"].to_padded_tensor(0.0, batch["values"].shape)
+    worker.set_loss_fn(partial(value_loss, config=critic))
+    td = left_right_2_no_padding(batch)
+    tu.assign_non_tensor(
+        td,
+        temperature=1.0,
+        global_batch_size=len(rows),
+        mini_batch_size=len(rows),
+        epochs=1,
+        seed=42,
+        dataloader_kwargs={"shuffle": False},
+        compute_loss=True,
+    )
+    metrics = tu.get(worker.train_mini_batch(td), "metrics")
     result = {
+        "vf_loss": [float(x) for x in metrics["critic/vf_loss"]],
         "critic": [
             type(worker.engine).__name__,
             type(module).__name__,
