@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -226,3 +228,52 @@ def test_memory_is_bounded_by_the_step_not_the_build(tmp_path):
     _, whole = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert whole > 5 * large, (whole, large)
+
+
+# Peak RSS (VmHWM) of a fresh process that indexes, plans 3 steps and reads them for 2 ranks;
+# with "whole", then also of read_segments over the same build after resetting the peak
+# (writing 5 to /proc/self/clear_refs resets VmHWM to the current RSS, Linux >= 4.0).
+RSS_PROBE = """
+import re, sys
+from pathlib import Path
+from trainer.batching import plan_steps, read_segments
+from trainer.streaming import build_index, read_rows, split_step
+
+def peak_kb():
+    return int(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1))
+
+index = build_index(sys.argv[1])
+for step in plan_steps(index.segments, 4, 3):
+    for rank in split_step(step, 2, 4096):
+        read_rows(index, rank.segments)
+print(peak_kb())
+if sys.argv[2:] == ["whole"]:
+    Path("/proc/self/clear_refs").write_text("5")
+    read_segments(sys.argv[1])
+    print(peak_kb())
+"""
+
+
+def _peak_rss_kb(shards, *extra):
+    out = subprocess.run(
+        [sys.executable, "-c", RSS_PROBE, str(shards), *extra],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    return [int(line) for line in out.split()]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
+def test_peak_rss_of_a_10x_build_is_within_1_2x_of_the_1x_build(tmp_path):
+    """Arrow's buffers included (the traced test above sees only Python and numpy)."""
+    big = [[(6000, 2000), (5000, 3000)] for _ in range(12)]
+    write_synthetic_shard(tmp_path / "one", big, VOCAB, seed=5)
+    one_x = _replicate(tmp_path / "one", tmp_path / "x1", 1)
+    ten_x = _replicate(tmp_path / "one", tmp_path / "x10", 10)
+    (small,) = _peak_rss_kb(one_x)
+    large, whole = _peak_rss_kb(ten_x, "whole")
+    assert large < 1.2 * small, (small, large)
+    assert whole > 1.2 * small, (small, whole)  # the in-memory reader would break the bound
