@@ -13,17 +13,13 @@ from pipeline.common.errors import UsageError
 def run_build_sft(args) -> int:
     from pipeline.build.config import LengthConfig
     from pipeline.cli.build_rl import config_from_args, run_configured_build
-    from pipeline.sft.filters import FilterOptions
+    from pipeline.sft.filter_options import FilterOptions
     from pipeline.sft.stage import SftStage
 
     if args.corrections and not Path(args.corrections).is_file():
         raise UsageError(f"--corrections {args.corrections}: no such file")
-    filters = FilterOptions(
-        malformed=not args.keep_malformed,
-        summary_loops=not args.keep_summary_loops,
-        off_task=not args.keep_off_task,
-        resolved_only=args.resolved_only,
-        max_tokens=options.config_from_args(LengthConfig, args).max_length,
+    filters = options.config_from_args(
+        FilterOptions, args, max_tokens=options.config_from_args(LengthConfig, args).max_length
     )
     prompt = None
     if args.synthesize_summary_calls is not None:
@@ -86,6 +82,7 @@ def print_sft_counts(counts: dict) -> None:
 def register_build_sft(sub) -> None:
     from pipeline.build.config import LengthConfig
     from pipeline.cli.build_rl import add_build_arguments
+    from pipeline.sft.filter_options import FilterOptions
 
     p = sub.add_parser(
         "build-sft",
@@ -104,29 +101,9 @@ def register_build_sft(sub) -> None:
         help="JSONL of correction records (schemas.correction.Correction) to attach, joined by rollout_id "
         "and call_index. Each must equal the executed output at its call; see `seam schema correction`.",
     )
-    p.add_argument(
-        "--resolved-only",
-        action="store_true",
-        help="Keep only rollouts with resolved=true (filtered: unresolved, outcome_unknown).",
-    )
     options.add_options(p, LengthConfig)
     deprecated_alias(p, "--max-tokens", "--max-length", dest="max_length", type=int)
-    p.add_argument(
-        "--keep-malformed",
-        action="store_true",
-        help="Turn off the malformed-request filter (unparsable tool arguments, unknown tools). A last "
-        "call left without its tool result is trimmed, not filtered (trimmed_dangling_calls).",
-    )
-    p.add_argument(
-        "--keep-summary-loops",
-        action="store_true",
-        help="Turn off the summary-loop filter (compaction right after compaction, near-identical summaries).",
-    )
-    p.add_argument(
-        "--keep-off-task",
-        action="store_true",
-        help="Turn off the off-task filter (first calls after compaction only touch files never seen before).",
-    )
+    options.add_options(p, FilterOptions)
     p.add_argument(
         "--synthesize-summary-calls",
         nargs="?",

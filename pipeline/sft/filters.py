@@ -29,11 +29,11 @@ Rollout filters run in this order and the first that fires is the reason counted
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 
 from judge.facts import classify, mentions_path, parse_arguments, paths_in, same_path
 from judge.history import POST_COMPACTION_CALLS, compactions
 from judge.workspace import workspace_state
+from pipeline.sft.filter_options import FilterOptions
 from schemas.replay import replay
 from schemas.rollout import MessageEvent, RewriteEvent, Rollout
 
@@ -44,15 +44,6 @@ LOOP_SIMILARITY = 0.95
 _ENDING_KINDS = ("submit", "compact")
 # Tool kinds whose input is not a JSON object by design (meta.tool_kinds of a call).
 _FREEFORM_KINDS = ("custom",)
-
-
-@dataclass(frozen=True)
-class FilterOptions:
-    malformed: bool = True
-    summary_loops: bool = True
-    off_task: bool = True
-    resolved_only: bool = False
-    max_tokens: int | None = None
 
 
 def rollout_filter(rollout: Rollout, options: FilterOptions) -> tuple[str, str] | None:

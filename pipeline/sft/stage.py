@@ -39,6 +39,7 @@ from judge.audit import SUMMARY_AUDIT, audit_rollout
 from judge.measured import OPT_IN_REASON
 from pipeline.build.stage import PlainStage
 from pipeline.common.atomic import atomic_write
+from pipeline.common.options import fingerprint_of
 from pipeline.core.mask import MaskedSegment
 from pipeline.core.render import template_message
 from pipeline.sft.attach import CorrectionsFile, attach
@@ -158,7 +159,7 @@ class SftStage(PlainStage):
         from pipeline.build.write import file_sha256
 
         digest = file_sha256(Path(self.corrections_file)) if self.corrections_file else None
-        found = {"filters": self.filters.__dict__, "corrections_sha256": digest}
+        found = {"filters": fingerprint_of(self.filters), "corrections_sha256": digest}
         if self.synthesize_prompt is not None:  # in the manifest: what verify re-applies
             found["synthesize_summary_calls"] = {"prompt": self.synthesize_prompt}
         return found

@@ -27,6 +27,7 @@ from pipeline.build.worker import WorkerConfig
 from pipeline.cli import build_parser, main
 from pipeline.common import options
 from pipeline.common.hashing import file_sha256
+from pipeline.sft.filter_options import FilterOptions
 from pipeline.sources.input_config import InputConfig
 from pipeline.sources.limits import Limits
 
@@ -196,7 +197,7 @@ def test_output_affecting_fields_and_only_they_change_the_fingerprint(field, rew
 
 def _flag_fields() -> list[dataclasses.Field]:
     seen: dict[str, dataclasses.Field] = {}
-    for config in (BuildConfig, InputConfig, OutputConfig, LengthConfig):
+    for config in (BuildConfig, InputConfig, OutputConfig, LengthConfig, FilterOptions):
         for f in options.flagged_fields(config):
             seen.setdefault(f.name, f)
     return list(seen.values())
@@ -314,6 +315,29 @@ def test_every_build_flag_sets_its_field(field):
     if field.name in {f.name for f in dataclasses.fields(Limits)}:
         config, default = config.limits, default.limits  # type: ignore[assignment]
     assert getattr(config, field.name) != getattr(default, field.name)
+
+
+@pytest.mark.parametrize("field", list(options.flagged_fields(FilterOptions)), ids=lambda f: f.name)
+def test_every_sft_filter_flag_sets_its_field(field):
+    args = build_parser().parse_args(["build-sft", "in.jsonl", "--out", "o", *_argv_setting(field)])
+    filters = options.config_from_args(FilterOptions, args)
+    assert getattr(filters, field.name) != getattr(FilterOptions(), field.name)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.builds(
+        FilterOptions,
+        malformed=st.booleans(),
+        summary_loops=st.booleans(),
+        off_task=st.booleans(),
+        resolved_only=st.booleans(),
+        max_tokens=st.sampled_from([None, 512]),
+    )
+)
+def test_the_sft_filters_fingerprint_is_the_one_of_before(filters):
+    """The SFT stage recorded ``filters.__dict__``: every field, always."""
+    assert options.fingerprint_of(filters) == filters.__dict__
 
 
 def test_the_worker_config_takes_the_build_config_fields_by_name():
