@@ -483,3 +483,39 @@ def test_sync_sends_the_last_event_only_after_the_record_is_fsynced(engine, star
         fsyncs.release.set()
         reader.join(30)
     assert seen[-1] == b"data: [DONE]" and fsyncs.done
+
+
+def test_a_streamed_answer_over_the_size_cap_is_an_error_event(engine, start_gateway):
+    gw = start_gateway(engine, max_response_bytes=4000)  # the stub's stream is ~5 KB
+    body = {"model": "stub", "messages": HI, "stream": True}
+    text = requests.post(gw.base("t", "big") + "/v1/chat/completions", json=body).text
+    *_, last = [line for line in text.splitlines() if line]
+    assert "over 4,000 bytes" in orjson.loads(last.removeprefix("data: "))["error"]["message"]
+    assert not (gw.out / "calls" / "big.jsonl").exists()
+
+
+def test_a_streamed_call_to_an_engine_without_token_ids_is_asked_again_without_them(
+    start_gateway,
+):
+    from bench.engine_stub import answer, write_stream
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if "return_token_ids" in body:
+            return web.json_response(
+                {"error": {"message": "unknown: return_token_ids"}}, status=400
+            )
+        return await write_stream(request, stream_chunks(answer(body)))
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    served = ThreadedApp(app)
+    try:
+        gw = start_gateway(served.url + "/v1")
+        client = openai.OpenAI(base_url=gw.base("t", "text") + "/v1", api_key="none")
+        assert _openai_text(client, True, HI) == "word " * 64
+        (call,) = calls_of(gw.out / "calls" / "text.jsonl")
+        assert "token_ids" not in call["response"]["choices"][0]
+        assert gw.recorder.manifest["token_id_params_rejected"] == ["stub"]
+    finally:
+        served.stop()
