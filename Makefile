@@ -15,14 +15,14 @@ export SEAM_REALWORLD_NEW_DIR ?= $(wildcard $(CURDIR)/../shared/realworld-new)
 SAMPLE := data/sample
 # make test-fast: the core (segment/mask/rows/advantage property and hand-checked tests, GAE,
 # the readers' unit tests), -m "not slow"
-FAST_TESTS := tests/test_properties.py tests/test_segment_ids.py tests/test_segments_hand_checked.py \
-	tests/test_mask_options.py tests/test_drop_truncated.py tests/test_witness.py tests/test_fidelity.py \
-	tests/trainer/test_gae.py tests/readers
+FAST_TESTS := $(addprefix tests/core/,test_properties.py test_segment_ids.py \
+	test_segments_hand_checked.py test_mask_options.py test_drop_truncated.py test_witness.py \
+	test_fidelity.py) tests/trainer/test_gae.py tests/readers
 
 # Property tests that draw fewer examples in make test than in make fuzz (tests/examples.py)
-DEEP_PROPERTY_TESTS := tests/readers/test_run_together.py tests/test_long_text.py \
-	tests/test_chat_jinja.py tests/trainer/test_gae.py tests/readers/test_call_delta.py \
-	tests/test_tokenizer.py tests/gateway/test_gateway_delta.py
+DEEP_PROPERTY_TESTS := tests/readers/test_run_together.py tests/core/test_long_text.py \
+	tests/core/test_chat_jinja.py tests/trainer/test_gae.py tests/readers/test_call_delta.py \
+	tests/core/test_tokenizer.py tests/gateway/test_gateway_delta.py
 
 .PHONY: setup build-rl-shards build-sft test test-all test-fast test-wheel test-trainers lint mutate bench fuzz report train-step clean
 
@@ -115,7 +115,7 @@ report: build-rl-shards $(STAMP)
 ## Long robustness run: 300 random examples per fuzz test, 40 SIGKILLs, 7 disk-full sizes (~10 min)
 fuzz: $(STAMP)
 	SEAM_FUZZ_EXAMPLES=300 SEAM_CRASH_KILLS=40 $(BIN)/pytest -q -s tests/robustness
-	SEAM_EXHAUSTIVE=1 $(BIN)/pytest -q tests/test_incremental_rendering.py
+	SEAM_EXHAUSTIVE=1 $(BIN)/pytest -q tests/core/test_incremental_rendering.py
 	SEAM_DEEP_PROPERTIES=1 $(BIN)/pytest -q $(DEEP_PROPERTY_TESTS)
 
 ## Benchmarks (~15 min on 2 cores): ratios measured in one run, table on stdout, numbers in out/bench.json

@@ -14,7 +14,7 @@ from pipeline.build.worker import TaskResult
 from pipeline.build.write import compute_group_stats
 from pipeline.core.advantage import group_advantages
 from pipeline.sources.canonical_io import rollout_to_json
-from tests.test_segments_hand_checked import three_call_rollout
+from tests.core.test_segments_hand_checked import three_call_rollout
 
 
 def test_a_session_with_two_sub_agents_in_a_group_of_two_gets_plus_and_minus_one(tmp_path):

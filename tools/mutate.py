@@ -33,39 +33,39 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 # Target module → its fast tests (hand-checked first: most mutants die there quickly).
-PROPS = "tests/test_properties.py::"
+PROPS = "tests/core/test_properties.py::"
 TARGETS: dict[str, list[str]] = {
     "pipeline/core/mask.py": [
-        "tests/test_segments_hand_checked.py",
-        "tests/test_mask_options.py",
+        "tests/core/test_segments_hand_checked.py",
+        "tests/core/test_mask_options.py",
         PROPS + "test_decoding_the_masked_spans_gives_every_generated_output_exactly_once",
     ],
     "pipeline/core/seams.py": [
-        "tests/test_segment_ids.py",
-        "tests/test_segments_hand_checked.py",
-        "tests/test_properties.py",
+        "tests/core/test_segment_ids.py",
+        "tests/core/test_segments_hand_checked.py",
+        "tests/core/test_properties.py",
     ],
     "pipeline/core/segment.py": [
-        "tests/test_segments_hand_checked.py",
+        "tests/core/test_segments_hand_checked.py",
         # The message-level shortcut is an optimization: without it the token-level
         # comparison gives the same segments, in quadratic time.
-        "tests/test_segment_scaling.py::test_ten_times_the_calls_in_one_segment_cost_about_ten_times_the_work",
-        "tests/test_mask_options.py",
-        "tests/test_properties.py",
-        "tests/test_incremental_rendering.py::test_a_template_that_renders_history_differently_is_rendered_in_full",
+        "tests/core/test_segment_scaling.py::test_ten_times_the_calls_in_one_segment_cost_about_ten_times_the_work",
+        "tests/core/test_mask_options.py",
+        "tests/core/test_properties.py",
+        "tests/core/test_incremental_rendering.py::test_a_template_that_renders_history_differently_is_rendered_in_full",
     ],
     "pipeline/core/rows.py": [
         "tests/test_rows.py",
-        "tests/test_mask_options.py",
+        "tests/core/test_mask_options.py",
         "tests/test_build.py::test_trainable_tokens_after_and_loss_weights_are_consistent",
         "tests/test_build.py::test_shards_load_unchanged_in_datasets_polars_and_duckdb",
-        "tests/test_witness.py::test_excluded_segments_are_counted_and_their_rollout_keeps_its_vote",
-        "tests/test_witness.py::test_excluding_one_segment_keeps_the_rollouts_other_segments_and_its_advantage",
-        "tests/test_witness.py::test_a_session_whose_usage_agrees_stays_exact",
-        "tests/test_witness.py::test_a_record_the_model_saw_and_seam_did_not_is_flagged_counted_and_verified",
-        "tests/test_fidelity_vocabulary.py::test_a_rollout_naming_an_unknown_reason_is_quarantined_with_the_reason",
+        "tests/core/test_witness.py::test_excluded_segments_are_counted_and_their_rollout_keeps_its_vote",
+        "tests/core/test_witness.py::test_excluding_one_segment_keeps_the_rollouts_other_segments_and_its_advantage",
+        "tests/core/test_witness.py::test_a_session_whose_usage_agrees_stays_exact",
+        "tests/core/test_witness.py::test_a_record_the_model_saw_and_seam_did_not_is_flagged_counted_and_verified",
+        "tests/core/test_fidelity_vocabulary.py::test_a_rollout_naming_an_unknown_reason_is_quarantined_with_the_reason",
     ],
-    "pipeline/core/witness.py": ["tests/test_witness.py"],
+    "pipeline/core/witness.py": ["tests/core/test_witness.py"],
     "pipeline/core/advantage.py": [
         PROPS + "test_group_advantage_hand_computed",
         PROPS + "test_group_advantage_with_the_sample_std_hand_computed",

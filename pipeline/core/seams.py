@@ -12,7 +12,7 @@ output ``O`` as token ids. The next input ``P_{i+1}`` either
 - or anything else: a **seam**, and ``P_{i+1}`` opens a new segment.
 
 ``segment_token_calls`` runs this on plain ids (the id-level tests in
-``tests/test_segment_ids.py`` drive it the way SkyRL tests its prompt/response merge);
+``tests/core/test_segment_ids.py`` drive it the way SkyRL tests its prompt/response merge);
 ``pipeline/core/segment.py`` feeds it the logged or rendered ids of a rollout's calls. The
 only thing it needs from a tokenizer is ``decode`` (the ``Decoder`` protocol), to tell
 drift from a change of text.

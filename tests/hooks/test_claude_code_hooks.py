@@ -17,7 +17,7 @@ from pipeline.hooks.claude_code import STATUS_MARK, capture, capture_command, in
 from schemas.rollout import RewriteEvent
 from tests.readers.util import fixture
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SESSION_FILE = fixture("claude_code", "judge_compactions.jsonl")
 SESSION = "7c2f0d1e-0000-4000-8000-00000000ju18"
 

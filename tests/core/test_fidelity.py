@@ -10,7 +10,7 @@ from pipeline.build.run import BuildConfig, run_build
 from pipeline.core.fidelity import segment_fidelity
 from pipeline.core.segment import Segmenter
 from pipeline.sources.canonical_io import rollout_to_json
-from tests.test_segments_hand_checked import three_call_rollout
+from tests.core.test_segments_hand_checked import three_call_rollout
 
 
 def _with(rollout, meta=None, **message_meta):

@@ -14,7 +14,7 @@ from pipeline.core.segment import Segmenter
 from pipeline.core.tokenizer import CHAT_TEMPLATES, load_build_tokenizer
 from pipeline.sources.canonical_io import iter_canonical_records, write_canonical_jsonl
 
-SAMPLE = Path(__file__).parents[1] / "data" / "sample" / "rollouts.jsonl.zst"
+SAMPLE = Path(__file__).parents[2] / "data" / "sample" / "rollouts.jsonl.zst"
 # Rendering every call in full is quadratic: the default run compares the first 16
 # rollouts of the sample (compactions, edits, truncations, reasoning, logged ids and
 # drift all occur in them); SEAM_EXHAUSTIVE=1 (make fuzz) compares all 256.

@@ -23,7 +23,9 @@ from pipeline.inspect.verify import verify_build
 from pipeline.sources.canonical_io import rollout_to_json
 from schemas.rollout import Rollout
 
-FIXTURE = Path(__file__).parent / "fixtures" / "raw" / "claude_code" / "witness_consistent.jsonl"
+FIXTURE = (
+    Path(__file__).parents[1] / "fixtures" / "raw" / "claude_code" / "witness_consistent.jsonl"
+)
 
 
 # -- the arithmetic, by hand ---------------------------------------------------------------
@@ -151,9 +153,9 @@ def test_excluded_segments_are_counted_and_their_rollout_keeps_its_vote(tmp_path
 
 
 def test_excluding_one_segment_keeps_the_rollouts_other_segments_and_its_advantage(tmp_path):
-    from tests.test_fidelity import _build as build_rl
-    from tests.test_fidelity import _with
-    from tests.test_segments_hand_checked import three_call_rollout
+    from tests.core.test_fidelity import _build as build_rl
+    from tests.core.test_fidelity import _with
+    from tests.core.test_segments_hand_checked import three_call_rollout
 
     lost = {"reason": "lost_records", "event_id": "rw", "detail": "line 9 undecodable"}
     damaged = _with(three_call_rollout(rollout_id="bad", reward=1.0), {"fidelity": [lost]})

@@ -13,10 +13,10 @@ import pytest
 
 from pipeline.core.fidelity import EXACT, REASONS, entries
 from pipeline.inspect.verify import iter_input_records
-from tests.test_fidelity import _build, _with
-from tests.test_segments_hand_checked import three_call_rollout
+from tests.core.test_fidelity import _build, _with
+from tests.core.test_segments_hand_checked import three_call_rollout
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "raw"
 
 

@@ -25,7 +25,7 @@ from schemas.correction import executed_output_text
 from schemas.replay import replay
 from schemas.rollout import Keep, MessageEvent
 
-SAMPLE = Path(__file__).resolve().parent.parent / "data" / "sample" / "rollouts.jsonl.zst"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "rollouts.jsonl.zst"
 SAMPLE_SEED, SAMPLE_GROUP = "seam-sample", 4
 
 

@@ -13,7 +13,13 @@ from pipeline.cli import main
 from pipeline.core.mask import MaskOptions, mask_segment
 from pipeline.core.segment import Segmenter
 from pipeline.sources.canonical_io import rollout_to_json
-from tests.test_segments_hand_checked import CALL_1, CALL_3, IM_END, SUMMARY, three_call_rollout
+from tests.core.test_segments_hand_checked import (
+    CALL_1,
+    CALL_3,
+    IM_END,
+    SUMMARY,
+    three_call_rollout,
+)
 
 DONE = "Done."
 

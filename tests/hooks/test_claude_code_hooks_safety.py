@@ -34,7 +34,7 @@ from pipeline.hooks.claude_code import (
     uninstall,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEAM = ["/opt/seam/bin/seam"]
 PRE = ("PreCompact",)
 
