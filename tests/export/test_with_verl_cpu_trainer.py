@@ -219,21 +219,14 @@ def actor_steps(export_dir: str, model_dir: str, out: str, *rollout_ids: str) ->
     batch["old_log_probs"] = no_padding_2_padding(tu.get(old, "log_probs"), td).float()
     advantage = torch.tensor([r["extra_info"]["advantage"] for r in rows])
     batch["advantages"] = advantage[:, None] * batch["response_mask"]
-    td = left_right_2_no_padding(batch)
-    tu.assign_non_tensor(
-        td,
-        temperature=1.0,
+    metrics = train_one_mini_batch(
+        worker,
+        batch,
+        epochs=2,
         calculate_entropy=False,
         distillation_use_topk=False,
         distillation_only=False,
-        global_batch_size=len(rows),
-        mini_batch_size=len(rows),
-        epochs=2,
-        seed=42,
-        dataloader_kwargs={"shuffle": False},
-        compute_loss=True,
     )
-    metrics = tu.get(worker.train_mini_batch(td), "metrics")
     result = {
         "metrics": {k: [float(x) for x in v] for k, v in metrics.items() if isinstance(v, list)},
         "advantages": advantage.tolist(),
@@ -273,3 +266,25 @@ def pad_as_agent_loop(rows: list[dict], pad: int):
         },
         batch_size=len(rows),
     )
+
+
+def train_one_mini_batch(worker, batch, epochs: int, **meta) -> dict:
+    """``worker.train_mini_batch`` on every row of the padded ``batch`` as one mini-batch,
+    unpadded and with the meta the trainer's ``_update_actor``/``_update_critic`` set
+    (plus ``meta``), no shuffle; its metrics."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    td = left_right_2_no_padding(batch)
+    tu.assign_non_tensor(
+        td,
+        temperature=1.0,
+        global_batch_size=len(batch),
+        mini_batch_size=len(batch),
+        epochs=epochs,
+        seed=42,
+        dataloader_kwargs={"shuffle": False},
+        compute_loss=True,
+        **meta,
+    )
+    return tu.get(worker.train_mini_batch(td), "metrics")

@@ -243,18 +243,7 @@ def critic_advantages(export_dir: str, model_dir: str, out: str, *rollout_ids: s
     batch["values"] = values.to_padded_tensor(0.0, (len(rows), batch["responses"].shape[1]))
     batch["returns"] = output["returns"].to_padded_tensor(0.0, batch["values"].shape)
     worker.set_loss_fn(partial(value_loss, config=critic))
-    td = left_right_2_no_padding(batch)
-    tu.assign_non_tensor(
-        td,
-        temperature=1.0,
-        global_batch_size=len(rows),
-        mini_batch_size=len(rows),
-        epochs=1,
-        seed=42,
-        dataloader_kwargs={"shuffle": False},
-        compute_loss=True,
-    )
-    metrics = tu.get(worker.train_mini_batch(td), "metrics")
+    metrics = cpu_trainer.train_one_mini_batch(worker, batch, epochs=1)
     result = {
         "vf_loss": [float(x) for x in metrics["critic/vf_loss"]],
         "critic": [
