@@ -60,11 +60,13 @@ class StreamFailed(Exception):
 # ---------------------------------------------------------------- reading the engine
 
 
-async def sse_data(content: aiohttp.StreamReader, cap: int) -> AsyncIterator[bytes]:
-    """The ``data`` of each server-sent event in ``content`` (its ``data:`` lines joined
-    by newlines, per the SSE format), ``b"[DONE]"`` included. Read in pieces as they come,
-    not by line (a first chunk with 100k prompt ids is one line of ~600 KB, over aiohttp's
-    line limit); more than ``cap`` bytes in all is a ``StreamFailed``."""
+async def sse_data(content: Any, cap: int) -> AsyncIterator[bytes]:
+    """The ``data`` of each server-sent event in ``content`` (an aiohttp ``StreamReader``;
+    an event's ``data:`` lines joined by newlines, per the SSE format), ``b"[DONE]"``
+    included. Read in pieces as they come, not by line (a first chunk with 100k prompt
+    ids is one line of ~600 KB, over aiohttp's line limit); more than ``cap`` bytes in
+    all is a ``StreamFailed``. Lines end in LF or CRLF; ``event:``, ``id:``, ``retry:``
+    and comments carry nothing a chat stream needs."""
     buffer, size = b"", 0
     data: list[bytes] = []
     async for piece in content.iter_any():
@@ -80,13 +82,12 @@ async def sse_data(content: aiohttp.StreamReader, cap: int) -> AsyncIterator[byt
                     yield b"\n".join(data)
                     data = []
             elif line.startswith(b"data:"):
-                value = line[5:]
-                data.append(value[1:] if value.startswith(b" ") else value)
-            # event:, id:, retry: and comments (":") carry nothing a chat stream needs
-    if buffer.strip() or data:
-        data += [buffer[6:]] if buffer.startswith(b"data: ") else []
-        if data:
-            yield b"\n".join(data)
+                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+    line = buffer.removesuffix(b"\r")  # the last event, when the stream ends without a blank line
+    if line.startswith(b"data:"):
+        data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+    if data:
+        yield b"\n".join(data)
 
 
 def _choice(chunk: dict) -> dict | None:

@@ -519,3 +519,37 @@ def test_a_streamed_call_to_an_engine_without_token_ids_is_asked_again_without_t
         assert gw.recorder.manifest["token_id_params_rejected"] == ["stub"]
     finally:
         served.stop()
+
+
+class _Pieces:
+    """An aiohttp StreamReader's ``iter_any`` over given pieces."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    async def iter_any(self):
+        for piece in self.pieces:
+            yield piece
+
+
+SSE = (
+    b': a comment\r\ndata: {"a": 1}\r\n\r\n'
+    b'event: x\ndata: {"b":\ndata: 2}\n\n'
+    b"data:" + b"[" + b"7," * 5000 + b"7]\n\n"
+    b"data: [DONE]"
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, len(SSE)), max_size=12))
+def test_server_sent_events_are_read_however_the_bytes_arrive(cuts):
+    from pipeline.gateway.streaming import sse_data
+
+    edges = sorted({0, len(SSE), *cuts})
+    pieces = [SSE[a:b] for a, b in zip(edges, edges[1:])]
+
+    async def read() -> list[bytes]:
+        return [data async for data in sse_data(_Pieces(pieces), 1 << 20)]
+
+    events = asyncio.run(read())
+    assert events == [b'{"a": 1}', b'{"b":\n2}', b"[" + b"7," * 5000 + b"7]", b"[DONE]"]
