@@ -46,6 +46,7 @@ import orjson
 
 from pipeline.common import atomic
 from pipeline.common.errors import SeamError
+from pipeline.readers import raw_ids
 
 # Matched whole (fullmatch): with match() and "$", "abc\n" passed ("$" matches before a
 # trailing newline) and named a file "abc\n.jsonl".
@@ -333,7 +334,8 @@ class Recorder:
     async def _append(
         self, path: Path, record: dict, finish: Callable[[bytes], bytes] | None = None
     ) -> None:
-        data = orjson.dumps(record) + b"\n"
+        # default: the engine's prompt ids kept as bytes are spliced in as they came
+        data = orjson.dumps(record, default=raw_ids.default) + b"\n"
         if len(data) <= INLINE_WRITE_BYTES:  # a page-cache write: cheaper than a thread hop
             new = _append_bytes(path, data, finish=finish)
         else:

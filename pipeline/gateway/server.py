@@ -53,7 +53,7 @@ from pipeline.gateway.dialects import (
 )
 from pipeline.gateway.judging import JudgeFailed, LoopJudge
 from pipeline.gateway.recorder import Recorder, check_id
-from pipeline.readers import call_delta
+from pipeline.readers import call_delta, raw_ids
 from pipeline.readers.call_delta import FULL_EVERY
 from pipeline.sources.limits import check_depth
 
@@ -107,6 +107,8 @@ class Session:
     base_call: int | None = None  # its seam.call
     next_call: int = 1  # seam.call of the next record
     since_full: int = 0  # delta records since the chain's full record
+    # The history list of the last request body whose depth was checked (``_check_depth``).
+    checked: list | None = None
 
 
 def _norm(msg: dict) -> dict:
@@ -313,7 +315,7 @@ class Gateway:
                 raise DialectError("the request body must be a JSON object")
             # Deeper nesting would fail later, after the engine answered, where the call is
             # serialized (orjson stops at 255 levels): a 500 with the engine's work lost.
-            check_depth(body, raw)
+            _check_depth(body, raw, session)
             translate = {"anthropic": anthropic_to_openai, "responses": responses_to_openai}
             upstream_body = translate[dialect](body) if dialect in translate else dict(body)
         except (ValueError, DialectError) as exc:
@@ -338,7 +340,9 @@ class Gateway:
                     include_usage,
                     received,
                 )
-            status, response, upstream_ms = await self._forward(upstream_body)
+            status, response, upstream_ms = await self._forward(
+                upstream_body, _known_prompt(session.base)
+            )
             if status != 200:
                 self.stats["errors"] += 1
                 return web.Response(status=status, body=response, content_type="application/json")
@@ -598,8 +602,11 @@ class Gateway:
         message = self.redactor.redact(f"seam gateway: upstream failed: {exc!r}")
         return json.dumps({"error": {"message": message}}).encode()
 
-    async def _forward(self, body: dict) -> tuple[int, Any, float]:
-        """POST the call upstream; (status, parsed response or error bytes, upstream ms)."""
+    async def _forward(
+        self, body: dict, known: raw_ids.RawIds | None = None
+    ) -> tuple[int, Any, float]:
+        """POST the call upstream; (status, parsed response or error bytes, upstream ms).
+        ``known``: the session's previous prompt ids, which this call's usually extend."""
         started = time.monotonic()
         try:
             status, data = await self._ask(body, self._post)
@@ -609,7 +616,10 @@ class Gateway:
         if status != 200:
             return status, self._redacted(data), ms
         try:
-            parsed = _parsed_answer(data)
+            # The prompt's ids stay the engine's bytes (pipeline/readers/raw_ids.py): parsing,
+            # comparing and dumping 40,000 ints per call was most of the gateway's CPU. A
+            # judge reads the calls as lists, so with one the answer is parsed whole.
+            parsed = _parsed_answer(data, known if self.judge is None else False)
         except (ValueError, AttributeError) as exc:
             detail = {"error": {"message": f"seam gateway: upstream answer unusable: {exc}"}}
             return 502, json.dumps(detail).encode(), ms
@@ -699,6 +709,32 @@ class Gateway:
         return executed, correction
 
 
+def _check_depth(body: dict, raw: bytes, session: Session) -> None:
+    """``check_depth`` on a request body, skipping the part of its history (``messages``,
+    or a Responses ``input``) that repeats the session's last checked request: an agent
+    re-sends its whole history with every call, and walking it again cost ~1 ms per call
+    at 400 messages. The skipped messages sit at the same depth as when they passed."""
+    key = "messages" if "messages" in body else "input"
+    history, before = body.get(key), session.checked
+    if (
+        isinstance(history, list)
+        and before
+        and len(history) >= len(before)
+        and history[: len(before)] == before
+    ):
+        check_depth({**body, key: history[len(before) :]}, raw)
+    else:
+        check_depth(body, raw)
+    if isinstance(history, list):
+        session.checked = history
+
+
+def _known_prompt(base: dict | None) -> raw_ids.RawIds | None:
+    """The previous call's prompt ids when the gateway kept them as the engine's bytes."""
+    found = call_delta.prompt_ids(base["response"]) if base is not None else None
+    return found[1] if found is not None and isinstance(found[1], raw_ids.RawIds) else None
+
+
 def _stamp_gateway_ms(received: float, upstream_ms: float):
     """Set ``seam.gateway_ms`` in the serialized record just before it is written, so it
     counts everything the gateway did for the call up to the write, the record's own
@@ -731,6 +767,8 @@ def _canonical(message: dict):
 
 def _strip_added(response: dict, asked: set[str]) -> dict:
     """The response without the token-id fields the gateway (not the harness) asked for."""
+    if "return_token_ids" in asked:  # the harness gets lists (the SSE writers dump with json)
+        response = raw_ids.materialized(response)
     out = dict(response)
     if "return_token_ids" not in asked:
         out.pop("prompt_token_ids", None)
@@ -765,9 +803,12 @@ async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
     return b"".join(chunks)
 
 
-def _parsed_answer(data: bytes) -> dict:
-    """The engine's answer parsed and checked (``_check_answer``); a ValueError says why not."""
-    parsed = orjson.loads(data)
+def _parsed_answer(data: bytes, known: raw_ids.RawIds | None | bool = False) -> dict:
+    """The engine's answer parsed and checked (``_check_answer``); a ValueError says why not.
+    Unless ``known`` is False, its prompt ids are kept as the engine's bytes where they can
+    be cut out exactly (``raw_ids.split_prompt_ids``; ``known``: the previous prompt's)."""
+    split = None if known is False else raw_ids.split_prompt_ids(data, known or None)
+    parsed = split[0] if split is not None else orjson.loads(data)
     check_depth(parsed, data)
     _check_answer(parsed)
     return parsed

@@ -44,6 +44,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.readers.raw_ids import RawIds, common_prefix
+
 FULL_EVERY = 32
 
 
@@ -78,12 +80,13 @@ def _answer_message(response: dict) -> dict | None:
     return choice.get("message") if isinstance(choice, dict) else None
 
 
-def _prompt_ids(response: dict) -> tuple[str, list] | None:
-    """(where, the prompt's ids) of a chat-completions response, if it has them."""
-    if isinstance(response.get("prompt_token_ids"), list):
+def prompt_ids(response: dict) -> tuple[str, list | RawIds] | None:
+    """(where, the prompt's ids) of a chat-completions response, if it has them (a list,
+    or the gateway's RawIds: the engine's bytes, pipeline/readers/raw_ids.py)."""
+    if isinstance(response.get("prompt_token_ids"), (list, RawIds)):
         return "response", response["prompt_token_ids"]
     choice = (response.get("choices") or [None])[0]
-    if isinstance(choice, dict) and isinstance(choice.get("prompt_token_ids"), list):
+    if isinstance(choice, dict) and isinstance(choice.get("prompt_token_ids"), (list, RawIds)):
         return "choice", choice["prompt_token_ids"]
     return None
 
@@ -103,8 +106,23 @@ def base_messages(record: dict) -> list:
 
 
 def base_ids(record: dict) -> list:
-    found = _prompt_ids(record["response"])
-    return (found[1] if found else []) + _output_ids(record["response"])
+    found = prompt_ids(record["response"])
+    prompt = found[1] if found else []
+    if isinstance(prompt, RawIds):
+        prompt = prompt.to_list()
+    return prompt + _output_ids(record["response"])
+
+
+def _ids_delta(ids: list | RawIds, base: dict) -> tuple[int, list | RawIds]:
+    """(how many leading ids of ``ids`` the base's prompt + output ids give, the rest).
+    On the engine's bytes when the gateway kept them (RawIds: byte comparisons instead
+    of 40,000 int comparisons at a 400-message history), else on the lists."""
+    base_found = prompt_ids(base["response"])
+    base_prompt = base_found[1] if base_found else []
+    if isinstance(ids, RawIds):
+        return common_prefix(ids, RawIds.of(base_prompt), _output_ids(base["response"]))
+    kept = _common_prefix(ids, base_ids(base), len(base_prompt) if base_found else None)
+    return kept, ids[kept:]
 
 
 def encode(record: dict, base: dict | None, base_call: int | None) -> dict:
@@ -133,11 +151,10 @@ def encode(record: dict, base: dict | None, base_call: int | None) -> dict:
         k: v for k, v in record.items() if k not in ("request", "response", "seam")
     }
     out["request_delta"] = delta
-    found = _prompt_ids(response)
+    found = prompt_ids(response)
     if found is not None:
         where, ids = found
-        base_prompt = _prompt_ids(base["response"])
-        kept = _common_prefix(ids, base_ids(base), len(base_prompt[1]) if base_prompt else None)
+        kept, rest = _ids_delta(ids, base)
         response = dict(response)
         if where == "response":
             response.pop("prompt_token_ids")
@@ -146,7 +163,7 @@ def encode(record: dict, base: dict | None, base_call: int | None) -> dict:
             choices[0] = {k: v for k, v in choices[0].items() if k != "prompt_token_ids"}
             response["choices"] = choices
         out["response"] = response
-        out["prompt_ids_delta"] = {"at": where, "keep": kept, "ids": ids[kept:]}
+        out["prompt_ids_delta"] = {"at": where, "keep": kept, "ids": rest}
     else:
         out["response"] = response
     out["seam"] = record["seam"]

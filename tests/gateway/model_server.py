@@ -48,6 +48,10 @@ class ModelServer:
     max_prompt_tokens: int | None = None  # answer 400 over this, as vLLM does past max_model_len
     max_new_tokens: int = 5
     delay_s: float = 0.0  # seconds before answering (a client may give up meanwhile)
+    # Answers as compact JSON, as vLLM's server writes them (starlette: separators ","
+    # and ":"); the gateway then keeps the prompt's ids as the engine's bytes
+    # (pipeline/readers/raw_ids.py). False: Python's spaced JSON, which it parses whole.
+    compact: bool = True
     produced: list[Produced] = field(default_factory=list)
     script: deque = field(default_factory=deque)  # scripted output texts, used first
     url: str = ""
@@ -104,6 +108,10 @@ class ModelServer:
         if body.get("stream"):  # as vLLM streams it (bench/engine_stub.py)
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return await write_stream(request, stream_chunks(self._complete(body), usage))
+        if self.compact:
+            return web.json_response(
+                self._complete(body), dumps=lambda v: json.dumps(v, separators=(",", ":"))
+            )
         return web.json_response(self._complete(body))
 
     def _complete(self, body: dict) -> dict:

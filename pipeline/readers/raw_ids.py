@@ -1,0 +1,174 @@
+"""A prompt's token ids kept as the engine's JSON bytes, not parsed into Python ints.
+
+The engine returns the whole prompt's ids with every call (``prompt_token_ids``: 40,000
+ids at a 400-message history). Parsing them into ints, comparing them with the previous
+call's and dumping them again was most of the gateway's CPU per call (issue 26, item 4:
+parse ~4.5 ms, compare ~2 ms, depth walk ~0.8 ms on the shared VM). ``split_prompt_ids``
+cuts the array out of the engine's bytes before parsing the rest, the delta log's common
+prefix is found on the bytes (``common_prefix``), and the record is written with the
+bytes spliced in (``orjson.Fragment``).
+
+Exactness. The array is taken only when its body is *canonical*: decimal digits and
+single commas, no sign, no leading zero, no space (what vLLM's and SGLang's compact
+JSON gives). Each int then has exactly one spelling, so two bodies are equal byte for
+byte exactly when their id lists are equal, and a common prefix of ids is a common
+prefix of bytes that ends at a comma in both. Anything else (spaces, another layout, a
+key that also appears elsewhere) is parsed as before: ``split_prompt_ids`` returns
+``None`` and the caller parses the whole answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+KEY = b'"prompt_token_ids":['
+_NOT_ID_BYTES = b"0123456789,"
+
+
+class RawIds:
+    """A list of token ids as the canonical body of its JSON array (between the brackets),
+    with its length."""
+
+    __slots__ = ("body", "count")
+
+    def __init__(self, body: bytes, count: int):
+        self.body, self.count = body, count
+
+    @classmethod
+    def of(cls, ids: list | RawIds) -> RawIds:
+        """``ids`` as RawIds (orjson writes ints canonically)."""
+        return ids if isinstance(ids, RawIds) else cls(orjson.dumps(ids)[1:-1], len(ids))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def to_list(self) -> list[int]:
+        return orjson.loads(b"[" + self.body + b"]")
+
+    def plus(self, ids: list) -> RawIds:
+        """These ids followed by ``ids``."""
+        if not ids:
+            return self
+        more = orjson.dumps(ids)[1:-1]
+        return RawIds(self.body + b"," + more if self.body else more, self.count + len(ids))
+
+
+def canonical(body: bytes) -> bool:
+    """Whether ``body`` is a canonical array body: ``1,22,0,333`` (or empty)."""
+    if not body:
+        return True
+    if body.translate(None, _NOT_ID_BYTES) or body[0] == 44 or body[-1] == 44 or b",," in body:
+        return False
+    # No leading zero: an id starting with 0 is the id 0 itself.
+    if body[0] == 48 and len(body) > 1 and body[1] != 44:
+        return False
+    at = body.find(b",0")
+    while at != -1:
+        if at + 2 < len(body) and body[at + 2] != 44:
+            return False
+        at = body.find(b",0", at + 2)
+    return True
+
+
+def _boundary(body: bytes, at: int) -> bool:
+    """Whether an id ends at byte ``at`` of ``body``."""
+    return at == len(body) or body[at] == 44
+
+
+def _extends(body: bytes, known: RawIds) -> bool:
+    """Whether ``body`` starts with all of ``known``'s ids (one ``memcmp``)."""
+    return known.count > 0 and body.startswith(known.body) and _boundary(body, len(known.body))
+
+
+def split_prompt_ids(data: bytes, known: RawIds | None = None) -> tuple[Any, RawIds] | None:
+    """(the answer parsed without its prompt ids, the ids as RawIds put back in place) for
+    an answer whose ``prompt_token_ids`` array (on the answer or on ``choices[0]``, where
+    vLLM and SGLang put it) can be cut out exactly; None otherwise (parse it whole).
+
+    The key's bytes must occur once and start a key (the quote is not escaped: inside a
+    JSON string a quote is ``\\"``), its array body must be canonical, and after parsing
+    the rest with ``null`` in its place the key must be on the answer or on ``choices[0]``.
+    ``known`` is the previous call's prompt: when this prompt starts with it (an agent's
+    next call), only the bytes after it are checked and counted — the gateway's cost per
+    call then grows with what the call adds, not with the history (a byte pass over
+    40,000 ids costs more than parsing them)."""
+    start = data.find(KEY)
+    if start <= 0 or data[start - 1] == 92:  # 92: a backslash, the quote is escaped
+        return None
+    begin = start + len(KEY)
+    end = data.find(b"]", begin)
+    if end == -1 or data.find(b'"prompt_token_ids"') != start:
+        return None
+    if data.find(b'"prompt_token_ids"', end) != -1:
+        return None
+    body = data[begin:end]
+    if known is not None and _extends(body, known):
+        checked, count = len(known.body) + 1, known.count
+    else:
+        checked, count = 0, 0
+    new = body[checked:]
+    if not canonical(new):
+        return None
+    ids = RawIds(body, count + (new.count(b",") + 1 if new else 0))
+    try:
+        parsed = orjson.loads(data[:start] + b'"prompt_token_ids":null' + data[end + 1 :])
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(parsed, dict) and "prompt_token_ids" in parsed:
+        holder = parsed
+    else:
+        choices = parsed.get("choices") if isinstance(parsed, dict) else None
+        first = choices[0] if isinstance(choices, list) and choices else None
+        if not (isinstance(first, dict) and "prompt_token_ids" in first):
+            return None
+        holder = first
+    holder["prompt_token_ids"] = ids  # the key's only occurrence: the null put there
+    return parsed, ids
+
+
+def common_prefix(ids: RawIds, prompt: RawIds, output: list) -> tuple[int, RawIds]:
+    """(how many leading ids ``ids`` shares with ``prompt`` + ``output`` (the previous
+    call's prompt and sampled ids), the rest of ``ids``). An agent's next prompt starts
+    with the previous prompt (one ``memcmp``), then with as many of the output ids as the
+    chat template renders back (checked id by id, at most the output's length); a prompt
+    that differs earlier (rare: the delta log starts a new chain when the messages
+    differ) is compared on whole lists."""
+    a = ids.body
+    if prompt.count and not _extends(a, prompt):
+        base = prompt.to_list() + output
+        mine = ids.to_list()
+        kept = 0
+        for x, y in zip(mine, base, strict=False):
+            if x != y:
+                break
+            kept += 1
+        return kept, RawIds.of(mine[kept:])
+    at, kept = len(prompt.body), prompt.count
+    for token in output:
+        piece = (b"," if kept else b"") + str(token).encode()
+        if not (a.startswith(piece, at) and _boundary(a, at + len(piece))):
+            break
+        at, kept = at + len(piece), kept + 1
+    if kept == 0:
+        return 0, ids
+    return kept, RawIds(a[at + 1 :], ids.count - kept)
+
+
+def default(value: Any) -> Any:
+    """``orjson.dumps(..., default=default)``: RawIds are written as their bytes."""
+    if isinstance(value, RawIds):
+        return orjson.Fragment(b"[" + value.body + b"]")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def materialized(value: Any) -> Any:
+    """``value`` with every RawIds in it (in dicts and lists) as a list of ints."""
+    if isinstance(value, RawIds):
+        return value.to_list()
+    if isinstance(value, dict):
+        return {k: materialized(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [materialized(v) for v in value]
+    return value

@@ -1,0 +1,153 @@
+"""The prompt's ids kept as the engine's bytes (pipeline/readers/raw_ids.py) give exactly
+what parsing them gives: the same delta records, byte for byte, the same full records,
+and a whole parse whenever the bytes are not the canonical compact form."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.readers import call_delta, raw_ids
+from pipeline.readers.raw_ids import RawIds, canonical, common_prefix, split_prompt_ids
+
+ids_st = st.lists(st.integers(0, 200_000), max_size=40)
+
+
+def _answer(prompt: list, output: list, at: str = "response") -> dict:
+    out: dict = {
+        "id": "x",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+    }
+    out["choices"][0]["token_ids"] = output
+    if at == "response":
+        out["prompt_token_ids"] = prompt
+    else:
+        out["choices"][0]["prompt_token_ids"] = prompt
+    return out
+
+
+def _record(n: int, messages: list, response: dict) -> dict:
+    return {
+        "session_id": "s",
+        "task_id": "t",
+        "request": {"model": "m", "messages": messages},
+        "response": response,
+        "seam": {"call": n},
+    }
+
+
+def _line(record: dict) -> bytes:
+    return orjson.dumps(record, default=raw_ids.default)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    prompt=ids_st,
+    output=ids_st,
+    keep=st.integers(0, 80),
+    extra=ids_st,
+    at=st.sampled_from(["response", "choice"]),
+    known=st.booleans(),
+)
+def test_a_delta_from_the_engines_bytes_equals_the_parsed_one(
+    prompt, output, keep, extra, at, known
+):
+    """The next prompt shares any prefix with the previous prompt + output (the whole
+    prompt and part of the output, as a chat template renders it back; or less): the
+    delta record written from RawIds is the one written from the parsed lists."""
+    following = (prompt + output)[:keep] + extra
+    first = orjson.dumps(_answer(prompt, output, at))
+    second = orjson.dumps(_answer(following, output[:3], at))
+    messages = [{"role": "user", "content": "a"}]
+    parsed_base = _record(1, messages, orjson.loads(first))
+    parsed_next = _record(
+        2, [*messages, {"role": "assistant", "content": "hi"}], orjson.loads(second)
+    )
+    base_split = split_prompt_ids(first)
+    assert base_split is not None
+    next_split = split_prompt_ids(second, base_split[1] if known else None)
+    assert next_split is not None
+    assert next_split[1].count == len(following)
+    raw_base = _record(1, messages, base_split[0])
+    raw_next = _record(2, parsed_next["request"]["messages"], next_split[0])
+    assert _line(raw_next) == orjson.dumps(parsed_next)  # a full record: the same bytes
+    want = call_delta.encode(parsed_next, parsed_base, 1)
+    got = call_delta.encode(raw_next, raw_base, 1)
+    assert _line(got) == orjson.dumps(want)
+    # and the reader rebuilds the engine's ids from it
+    resolver = call_delta.Resolver()
+    resolver.accept(parsed_base)
+    rebuilt = resolver.resolve(orjson.loads(_line(got)))
+    assert rebuilt == parsed_next
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=ids_st, b=ids_st, output=ids_st)
+def test_common_prefix_counts_whole_ids(a, b, output):
+    kept, rest = common_prefix(RawIds.of(a), RawIds.of(b), output)
+    base = b + output
+    want = next((i for i, (x, y) in enumerate(zip(a, base)) if x != y), min(len(a), len(base)))
+    assert (kept, rest.to_list(), rest.count) == (want, a[want:], len(a) - want)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"1, 2", b"01,2", b"1,02", b"-1,2", b"1.0,2", b"1,,2", b",1", b"1,", b"1e3", b" 1"],
+)
+def test_a_body_not_in_canonical_form_is_parsed_whole(body):
+    assert not canonical(body)
+    data = b'{"id":"x","prompt_token_ids":[' + body + b'],"choices":[]}'
+    assert split_prompt_ids(data) is None
+    # also when only the part after a known prefix is odd
+    known = RawIds(b"5,6", 2)
+    assert split_prompt_ids(b'{"prompt_token_ids":[5,6,' + body + b"]}", known) is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        # the key's text inside a string (escaped quotes), then the real key
+        b'{"content":"\\"prompt_token_ids\\":[1]","prompt_token_ids":[2,3]}',
+        # the key twice (once nested elsewhere)
+        b'{"prompt_token_ids":[1],"x":{"prompt_token_ids":[2]}}',
+        # nested where neither vLLM nor SGLang puts it
+        b'{"usage":{"prompt_token_ids":[1,2]},"choices":[{}]}',
+        # a key ending in the name
+        b'{"x\\"prompt_token_ids":[1,2]}',
+        # spaced JSON (Python's json.dumps)
+        b'{"prompt_token_ids": [1, 2]}',
+    ],
+)
+def test_an_answer_it_cannot_cut_exactly_is_parsed_whole(data):
+    split = split_prompt_ids(data)
+    if split is not None:  # only where the cut is provably the answer's own ids
+        assert raw_ids.materialized(split[0]) == orjson.loads(data)
+        assert split[0]["prompt_token_ids"] is split[1]
+    else:
+        assert orjson.loads(data)  # valid JSON, left to the whole parse
+
+
+def test_the_first_case_is_cut_at_the_real_key():
+    data = b'{"content":"\\"prompt_token_ids\\":[1]","prompt_token_ids":[2,3]}'
+    split = split_prompt_ids(data)
+    assert split is not None and split[1].to_list() == [2, 3]
+    assert split[0]["content"] == '"prompt_token_ids":[1]'
+
+
+def test_a_known_prefix_is_not_checked_again():
+    """With the previous prompt known, only the new bytes are checked: the count comes
+    from the known prefix plus the new ids."""
+    known = RawIds.of(list(range(1000)))
+    data = b'{"prompt_token_ids":[' + known.body + b',7,8],"choices":[{"message":{}}]}'
+    split = split_prompt_ids(data, known)
+    assert split is not None and split[1].count == 1002
+    assert split[1].to_list() == [*range(1000), 7, 8]
+
+
+def test_a_known_prefix_ends_at_a_whole_id():
+    """``12,3`` is not a prefix of the ids ``12,345,6``: the count is 3, not 4."""
+    split = split_prompt_ids(b'{"prompt_token_ids":[12,345,6]}', RawIds(b"12,3", 2))
+    assert split is not None and split[1].count == 3
+    assert split[1].to_list() == [12, 345, 6]
