@@ -10,10 +10,15 @@ and a new tool output, as an agent sends them, with histories from ``--history``
 ``--calls`` to ``--history`` + ``--calls`` messages (200 to 600 by default: centred on 400).
 Over those calls this process reports:
 
-- ``cpu_ms_per_call``: its user + system CPU time (``time.process_time``) per call,
-  everything the gateway does (HTTP in and out, parsing, comparing, recording, the
-  background fsync rounds) — robust to a loaded machine, unlike latency;
-- with ``--profile``: a second pass of the same calls under ``cProfile``, the top
+- ``cpu_ms_per_call``: its user + system CPU time (``os.times``) per call, everything
+  the gateway does (HTTP in and out, parsing, comparing, recording, the background
+  fsync rounds) — far less sensitive to a loaded machine than latency — and its two
+  parts (``system``: the kernel's, mostly the loopback sockets carrying the history);
+- ``engine_cpu_ms_per_call``: the stand-in engine's CPU for the same calls (from
+  ``/proc``): it parses the same request and writes the answer with its ids, so it is a
+  yardstick of how fast the machine is at the time;
+- with ``--profile``: a second pass of the same calls under ``cProfile`` timed by
+  ``time.process_time`` (CPU, not wall: waits for a core do not count), the top
   functions by own time and by cumulative time (cProfile slows Python code several
   times, so read it for proportions, not for the CPU per call).
 
@@ -27,6 +32,7 @@ import asyncio
 import cProfile
 import io
 import json
+import os
 import pstats
 import sys
 import tempfile
@@ -90,6 +96,7 @@ async def _start_stub() -> tuple[asyncio.subprocess.Process, int]:
 async def _profile(args: argparse.Namespace) -> dict:
     from aiohttp import web
 
+    from bench.gateway_overhead import _cpu_s
     from pipeline.gateway.recorder import Recorder
     from pipeline.gateway.server import Gateway, GatewayConfig
 
@@ -126,18 +133,29 @@ async def _profile(args: argparse.Namespace) -> dict:
     try:
         for p in range(passes):
             assert (await client.stdout.readline()).strip() == b"ready"
-            profiler = cProfile.Profile() if p == 1 else None
-            cpu, wall = time.process_time(), time.perf_counter()
+            # CPU time, not wall time: on a shared machine a wall-clock profile shows
+            # mostly the waits for a core (in poll, in send).
+            profiler = cProfile.Profile(time.process_time) if p == 1 else None
+            times, wall, engine = os.times(), time.perf_counter(), _cpu_s(stub.pid)
             if profiler is not None:
                 profiler.enable()
             client.stdin.write(b"go\n")
             assert (await client.stdout.readline()).strip() == b"done"
             if profiler is not None:
                 profiler.disable()
-            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            after, wall = os.times(), time.perf_counter() - wall
+            user, system = after.user - times.user, after.system - times.system
             if profiler is None:
-                result["cpu_ms_per_call"] = round(cpu * 1000 / args.calls, 3)
-                result["wall_ms_per_call"] = round(wall * 1000 / args.calls, 3)
+                per_call = {
+                    "cpu_ms_per_call": user + system,
+                    "user_ms_per_call": user,
+                    "system_ms_per_call": system,
+                    "wall_ms_per_call": wall,
+                    # the stand-in engine's own CPU for the same calls: it parses the same
+                    # request and writes the answer, so it is a yardstick of the machine
+                    "engine_cpu_ms_per_call": _cpu_s(stub.pid) - engine,
+                }
+                result |= {k: round(v * 1000 / args.calls, 3) for k, v in per_call.items()}
             else:
                 result["profile"] = _top(profiler, args.top)
         await client.wait()
@@ -166,6 +184,12 @@ def main() -> None:
     parser.add_argument("--durability", default="group", choices=("group", "sync", "none"))
     parser.add_argument("--log", default="delta", choices=("delta", "full"))
     parser.add_argument("--profile", action="store_true", help="Also a cProfile pass.")
+    parser.add_argument(
+        "--loop",
+        default="auto",
+        choices=("auto", "asyncio"),
+        help="auto: uvloop when installed, as seam gateway runs (default); asyncio: the stdlib's",
+    )
     parser.add_argument("--top", type=int, default=25, help="Functions shown per ordering.")
     parser.add_argument("--drive", help=argparse.SUPPRESS)  # the client process
     parser.add_argument("--passes", type=int, default=1, help=argparse.SUPPRESS)
@@ -173,7 +197,12 @@ def main() -> None:
     if args.drive:
         asyncio.run(_drive(args.drive, args.history, args.calls, args.passes))
         return
-    result = asyncio.run(_profile(args))
+    from pipeline.gateway.server import event_loop_factory
+
+    factory = event_loop_factory() if args.loop == "auto" else None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        result = runner.run(_profile(args))
+    result["event_loop"] = "uvloop" if factory is not None else "asyncio"
     profile = result.pop("profile", None)
     print(json.dumps(result, indent=2))
     if profile:

@@ -156,7 +156,12 @@ def run(args) -> int:
     from pipeline.common.credentials import split_url
     from pipeline.gateway.judging import HttpJudge
     from pipeline.gateway.recorder import Recorder
-    from pipeline.gateway.server import DEFAULT_SUMMARY_PROMPTS, Gateway, GatewayConfig
+    from pipeline.gateway.server import (
+        DEFAULT_SUMMARY_PROMPTS,
+        Gateway,
+        GatewayConfig,
+        event_loop_factory,
+    )
 
     # Only the URLs without their credentials are ever printed or recorded.
     upstream = split_url(args.upstream).url
@@ -207,7 +212,9 @@ def run(args) -> int:
     )
     gateway = Gateway(config, recorder, judge_factory)
     try:
-        return asyncio.run(_serve(web, gateway, recorder, args.host, args.port))
+        # uvloop when installed (less CPU per call); asyncio's own loop otherwise
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            return runner.run(_serve(web, gateway, recorder, args.host, args.port))
     finally:
         recorder.close()
 

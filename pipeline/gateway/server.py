@@ -107,8 +107,17 @@ class Session:
     base_call: int | None = None  # its seam.call
     next_call: int = 1  # seam.call of the next record
     since_full: int = 0  # delta records since the chain's full record
-    # The history list of the last request body whose depth was checked (``_check_depth``).
+    # The history list of the last request body whose depth was checked (``_check_depth``),
+    # and what that check found: (this call's history, that earlier list, how many leading
+    # items are equal), so the comparisons after it (extends_previous, the delta) need not
+    # compare the history again. Matched by identity: it holds for exactly those lists.
     checked: list | None = None
+    same_prefix: tuple[list, list, int] | None = None
+
+    def known_equal(self, history: list, before: Any) -> int:
+        """How many leading items of ``history`` are known to equal ``before``'s."""
+        memo = self.same_prefix
+        return memo[2] if memo is not None and memo[0] is history and memo[1] is before else 0
 
 
 def _norm(msg: dict) -> dict:
@@ -130,7 +139,7 @@ def _norm(msg: dict) -> dict:
     return out
 
 
-def _extends(messages: list, base: dict) -> bool:
+def _extends(messages: list, base: dict, known: int = 0) -> bool:
     """Whether a request's ``messages`` extend the previous call's (``base``) request plus
     its answer, compared as the model sees them (``_norm``). The request part is compared
     as sent first (one C-level list comparison: a harness re-sends it unchanged), and
@@ -138,13 +147,14 @@ def _extends(messages: list, base: dict) -> bool:
     that differ as sent fall back to normalizing all of them. Equal as sent implies equal
     normalized, so the answer is the one the full normalization gives, without its
     per-call cost in the history's length (and without a normalized copy of the history
-    kept per session)."""
+    kept per session). ``known``: how many leading messages are already known to be
+    equal as sent (the depth check compared them: ``Session.known_equal``)."""
     sent_before = base["request"].get("messages") or []
     answer = call_delta._answer_message(base["response"]) or {}
     k = len(sent_before)
     if len(messages) < k + 1:
         return False
-    if messages[:k] == sent_before:
+    if known >= k or messages[:k] == sent_before:
         return _norm(messages[k]) == _norm(answer)
     prefix = [*sent_before, answer]
     return [_norm(m) for m in messages[: k + 1]] == [_norm(m) for m in prefix]
@@ -379,7 +389,10 @@ class Gateway:
     ) -> dict[str, Any]:
         """The call's ``seam`` object: how it came, and how it continues the session."""
         messages = upstream_body.get("messages") or []
-        extends = session.base is not None and _extends(messages, session.base)
+        base = session.base
+        extends = base is not None and _extends(
+            messages, base, session.known_equal(messages, base["request"].get("messages"))
+        )
         seam: dict[str, Any] = {
             "dialect": dialect,
             "stream": stream,
@@ -479,7 +492,9 @@ class Gateway:
         delivered call (pipeline/readers/call_delta.py), whole at least every full_every."""
         if self.config.log == "full" or session.since_full + 1 >= self.config.full_every:
             return record
-        return call_delta.encode(record, session.base, session.base_call)
+        base, messages = session.base, record["request"].get("messages")
+        known = session.known_equal(messages, base["request"].get("messages")) if base else 0
+        return call_delta.encode(record, base, session.base_call, known)
 
     def _load(self, session: Session) -> None:
         """A session the gateway saw before a restart: continue its call log. Run in a
@@ -511,10 +526,13 @@ class Gateway:
                     session.calls.append((line, full, ""))
 
     def _is_summary_request(self, body: dict) -> bool:
-        users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
-        if not users:
+        # The last user message, found from the end (not a pass over the whole history)
+        last = next(
+            (m for m in reversed(body.get("messages") or []) if m.get("role") == "user"), None
+        )
+        if last is None:
             return False
-        content = users[-1].get("content")
+        content = last.get("content")
         text = content if isinstance(content, str) else json.dumps(content)
         return bool(self.summary_re.search(text or ""))
 
@@ -709,6 +727,17 @@ class Gateway:
         return executed, correction
 
 
+def event_loop_factory():
+    """uvloop's event loop when it is installed (``pip install uvloop``; it comes with the
+    ``gateway`` extra where it builds), else None: asyncio's own. The loop and its
+    transports are a large part of the gateway's CPU per call (bench/gateway_profile.py)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def _check_depth(body: dict, raw: bytes, session: Session) -> None:
     """``check_depth`` on a request body, skipping the part of its history (``messages``,
     or a Responses ``input``) that repeats the session's last checked request: an agent
@@ -722,9 +751,11 @@ def _check_depth(body: dict, raw: bytes, session: Session) -> None:
         and len(history) >= len(before)
         and history[: len(before)] == before
     ):
-        check_depth({**body, key: history[len(before) :]}, raw)
+        check_depth({**body, key: history[len(before) :]})  # short: no pass over raw
+        session.same_prefix = (history, before, len(before))
     else:
         check_depth(body, raw)
+        session.same_prefix = None
     if isinstance(history, list):
         session.checked = history
 
@@ -809,7 +840,8 @@ def _parsed_answer(data: bytes, known: raw_ids.RawIds | None | bool = False) -> 
     be cut out exactly (``raw_ids.split_prompt_ids``; ``known``: the previous prompt's)."""
     split = None if known is False else raw_ids.split_prompt_ids(data, known or None)
     parsed = split[0] if split is not None else orjson.loads(data)
-    check_depth(parsed, data)
+    # The raw shortcut on the bytes parsed (not two passes over the ids' bytes)
+    check_depth(parsed, data if split is None else split[2])
     _check_answer(parsed)
     return parsed
 

@@ -53,19 +53,23 @@ class MissingBase(ValueError):
     """A delta record whose base was not read (quarantined, cut, or never written)."""
 
 
-def _common_prefix(a: list, b: list, guess: int | None = None) -> int:
+def _common_prefix(a: list, b: list, guess: int | None = None, known: int = 0) -> int:
     """The length of the longest common prefix of ``a`` and ``b`` (``==`` per item).
     Tried first: the whole of the shorter one (a call that extends its base whole) and
     ``guess`` (the base's request alone: a harness that re-sends the answer in another
     form; the prompt alone: an engine whose chat template renders the answer otherwise),
     each one C-level comparison; else a binary search on prefix equality (monotone: a
     prefix of an equal prefix is equal), ``O(log n)`` slice comparisons instead of a
-    Python loop over every id. (A binary search for every call cost 1.8 ms at 6,000 ids.)"""
+    Python loop over every id. (A binary search for every call cost 1.8 ms at 6,000 ids.)
+    ``known``: a length of prefix the caller already knows equal (not compared again)."""
     n = min(len(a), len(b))
+    known = min(known, n)
     for k in (n, guess):
-        if k is not None and 0 < k <= n and a[:k] == b[:k] and (k == n or a[k] != b[k]):
+        if k is None or not (0 < k <= n and known <= k):
+            continue
+        if a[known:k] == b[known:k] and (k == n or a[k] != b[k]):
             return k
-    lo, hi = 0, n - 1  # a[:lo] == b[:lo] and a[:hi+1] != b[:hi+1]
+    lo, hi = known, n - 1  # a[:lo] == b[:lo] and a[:hi+1] != b[:hi+1]
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if a[:mid] == b[:mid]:
@@ -125,15 +129,17 @@ def _ids_delta(ids: list | RawIds, base: dict) -> tuple[int, list | RawIds]:
     return kept, ids[kept:]
 
 
-def encode(record: dict, base: dict | None, base_call: int | None) -> dict:
+def encode(record: dict, base: dict | None, base_call: int | None, known: int = 0) -> dict:
     """``record`` (a full call record, keys in the gateway's order, ``seam`` last) as a
     delta record against ``base`` (the full record of call ``base_call``), or ``record``
-    itself when a delta would not help (no base, nothing shared)."""
+    itself when a delta would not help (no base, nothing shared). ``known``: how many
+    leading messages the caller knows equal to the base request's (not compared again)."""
     if base is None or base_call is None:
         return record
     request, response = record["request"], record["response"]
     messages = request.get("messages") or []
-    keep = _common_prefix(messages, base_messages(base), len(base["request"].get("messages") or []))
+    sent = len(base["request"].get("messages") or [])
+    keep = _common_prefix(messages, base_messages(base), sent, min(known, sent))
     if keep == 0:
         return record  # a rewritten context: a full record starts a new chain
     delta: dict[str, Any] = {"base": base_call, "keep_messages": keep, "messages": messages[keep:]}

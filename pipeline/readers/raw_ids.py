@@ -82,8 +82,9 @@ def _extends(body: bytes, known: RawIds) -> bool:
     return known.count > 0 and body.startswith(known.body) and _boundary(body, len(known.body))
 
 
-def split_prompt_ids(data: bytes, known: RawIds | None = None) -> tuple[Any, RawIds] | None:
-    """(the answer parsed without its prompt ids, the ids as RawIds put back in place) for
+def split_prompt_ids(data: bytes, known: RawIds | None = None) -> tuple[Any, RawIds, bytes] | None:
+    """(the answer parsed with its prompt ids as RawIds in place, the ids, the bytes parsed:
+    the answer with ``null`` for the ids) for
     an answer whose ``prompt_token_ids`` array (on the answer or on ``choices[0]``, where
     vLLM and SGLang put it) can be cut out exactly; None otherwise (parse it whole).
 
@@ -112,8 +113,9 @@ def split_prompt_ids(data: bytes, known: RawIds | None = None) -> tuple[Any, Raw
     if not canonical(new):
         return None
     ids = RawIds(body, count + (new.count(b",") + 1 if new else 0))
+    rest = data[:start] + b'"prompt_token_ids":null' + data[end + 1 :]
     try:
-        parsed = orjson.loads(data[:start] + b'"prompt_token_ids":null' + data[end + 1 :])
+        parsed = orjson.loads(rest)
     except orjson.JSONDecodeError:
         return None
     if isinstance(parsed, dict) and "prompt_token_ids" in parsed:
@@ -125,7 +127,7 @@ def split_prompt_ids(data: bytes, known: RawIds | None = None) -> tuple[Any, Raw
             return None
         holder = first
     holder["prompt_token_ids"] = ids  # the key's only occurrence: the null put there
-    return parsed, ids
+    return parsed, ids, rest
 
 
 def common_prefix(ids: RawIds, prompt: RawIds, output: list) -> tuple[int, RawIds]:

@@ -269,7 +269,7 @@ _message = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=examples(100, 300))
+@settings(max_examples=examples(100, 300), deadline=None)  # a loaded machine: not a timing test
 @given(st.lists(_message, max_size=4), _message, st.lists(_message, max_size=6))
 def test_extends_previous_is_the_normalized_comparison(sent_before, answer, messages):
     """The raw-first comparison gives what normalizing every message gave (the online
@@ -281,3 +281,38 @@ def test_extends_previous_is_the_normalized_comparison(sent_before, answer, mess
     for request in (messages, sent_before + messages, [*sent_before, answer, *messages]):
         expected = [_norm(m) for m in request[: len(previous)]] == previous
         assert _extends(request, base) == expected
+
+
+def test_a_prefix_known_equal_is_known_only_for_the_same_lists():
+    """The depth check's finding (these leading messages equal the last checked request's)
+    spares the later comparisons only for exactly the lists it compared: an equal copy,
+    another request or another base compares again."""
+    from pipeline.gateway.server import Session, _check_depth
+
+    session = Session("r", "t")
+    first = [{"role": "user", "content": "a"}]
+    _check_depth({"messages": first}, b"", session)
+    second = [*first, {"role": "assistant", "content": "b"}]
+    _check_depth({"messages": second}, b"", session)
+    assert session.known_equal(second, first) == 1
+    assert session.known_equal(second, list(first)) == 0  # equal, but not what was compared
+    assert session.known_equal(list(second), first) == 0
+    rewritten = [{"role": "user", "content": "summary"}]
+    _check_depth({"messages": rewritten}, b"", session)
+    assert session.known_equal(rewritten, second) == 0  # it differed: nothing is known
+
+
+@settings(max_examples=examples(40, 100), deadline=None)
+@given(st.lists(_message, max_size=4), _message, st.lists(_message, max_size=4))
+def test_a_known_prefix_gives_the_same_delta(sent_before, answer, more):
+    """encode with the known prefix writes the same record as without it."""
+    from pipeline.readers.call_delta import encode
+
+    base = {
+        "request": {"messages": sent_before},
+        "response": {"choices": [{"message": answer}]},
+        "seam": {"call": 1},
+    }
+    for messages in ([*sent_before, *more], [*sent_before, answer, *more]):
+        record = {"request": {"messages": messages}, "response": {}, "seam": {"call": 2}}
+        assert encode(record, base, 1, len(sent_before)) == encode(record, base, 1)

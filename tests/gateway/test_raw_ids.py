@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from pipeline.readers import call_delta, raw_ids
 from pipeline.readers.raw_ids import RawIds, canonical, common_prefix, split_prompt_ids
+from tests.examples import examples
 
 ids_st = st.lists(st.integers(0, 200_000), max_size=40)
 
@@ -42,7 +43,7 @@ def _line(record: dict) -> bytes:
     return orjson.dumps(record, default=raw_ids.default)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60, 300), deadline=None)
 @given(
     prompt=ids_st,
     output=ids_st,
@@ -83,7 +84,7 @@ def test_a_delta_from_the_engines_bytes_equals_the_parsed_one(
     assert rebuilt == parsed_next
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60, 300), deadline=None)
 @given(a=ids_st, b=ids_st, output=ids_st)
 def test_common_prefix_counts_whole_ids(a, b, output):
     kept, rest = common_prefix(RawIds.of(a), RawIds.of(b), output)
