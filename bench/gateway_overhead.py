@@ -16,6 +16,11 @@ Reported per engine and number of sessions:
   best round);
 - ``gateway_cpu_ms_per_call``: the gateway process's CPU time (user + system, from
   ``/proc/PID/stat``) over its rounds, per call;
+- ``engine_cpu_ms_per_call``: the stand-in engine's CPU per call in the direct rounds,
+  and ``gateway_to_engine_cpu``, the ratio of the two: each is one process, so with a
+  core each the gateway keeps up with the engine while the ratio is under 1, and passes
+  at least 70% of its calls/s while it is under 1/0.7 ≈ 1.43 — a measure a loaded
+  machine changes far less than latencies;
 and once, from the gateway's call logs: bytes logged per call against the history
 length (messages in the call's request), for the delta log and for the same calls stored
 whole; and once, streamed (``ttft``): the time to the first text chunk and to the whole
@@ -169,7 +174,7 @@ def bench_gateway(quick: bool = False, rounds: int = 2) -> dict:
                 direct = [f"http://127.0.0.1:{stub_port}/v1/chat/completions"] * sessions
                 lat: dict[str, list[float]] = {"direct": [], "gateway": []}
                 best: dict[str, float] = {}
-                cpu = 0.0
+                cpu = engine_cpu = 0.0
                 for r in range(rounds):
                     via = [
                         f"http://127.0.0.1:{gw_port}/s/bench/d{int(delay)}-s{sessions}-r{r}-{i}"
@@ -177,10 +182,12 @@ def bench_gateway(quick: bool = False, rounds: int = 2) -> dict:
                         for i in range(sessions)
                     ]
                     for side, urls in (("direct", direct), ("gateway", via)):
-                        before = _cpu_s(gateway.pid)
+                        before, engine_before = _cpu_s(gateway.pid), _cpu_s(stub.pid)
                         wall, latencies = asyncio.run(_round(urls, calls))
                         if side == "gateway":
                             cpu += _cpu_s(gateway.pid) - before
+                        else:
+                            engine_cpu += _cpu_s(stub.pid) - engine_before
                         lat[side] += latencies
                         best[side] = min(best.get(side, wall), wall)
                 total = sessions * calls
@@ -197,6 +204,8 @@ def bench_gateway(quick: bool = False, rounds: int = 2) -> dict:
                     "calls_per_s_gateway": round(total / best["gateway"], 1),
                     "calls_per_s_ratio": round(best["direct"] / best["gateway"], 3),
                     "gateway_cpu_ms_per_call": round(cpu * 1000 / (total * rounds), 3),
+                    "engine_cpu_ms_per_call": round(engine_cpu * 1000 / (total * rounds), 3),
+                    "gateway_to_engine_cpu": round(cpu / engine_cpu, 2) if engine_cpu else None,
                 }
         finally:
             for proc in (gateway, stub):

@@ -34,6 +34,7 @@ import io
 import json
 import os
 import pstats
+import shutil
 import sys
 import tempfile
 import time
@@ -166,6 +167,7 @@ async def _profile(args: argparse.Namespace) -> dict:
         await stub.wait()
     log = out / "calls" / "profile-0.jsonl"
     result["log_bytes_per_call"] = round(log.stat().st_size / (args.calls + 1))
+    shutil.rmtree(out, ignore_errors=True)  # measured; nothing else reads it
     return result
 
 
@@ -197,9 +199,11 @@ def main() -> None:
     if args.drive:
         asyncio.run(_drive(args.drive, args.history, args.calls, args.passes))
         return
-    from pipeline.gateway.server import event_loop_factory
+    factory = None
+    if args.loop == "auto":
+        from pipeline.gateway.server import event_loop_factory
 
-    factory = event_loop_factory() if args.loop == "auto" else None
+        factory = event_loop_factory()
     with asyncio.Runner(loop_factory=factory) as runner:
         result = runner.run(_profile(args))
     result["event_loop"] = "uvloop" if factory is not None else "asyncio"

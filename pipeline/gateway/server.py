@@ -637,7 +637,7 @@ class Gateway:
             # The prompt's ids stay the engine's bytes (pipeline/readers/raw_ids.py): parsing,
             # comparing and dumping 40,000 ints per call was most of the gateway's CPU. A
             # judge reads the calls as lists, so with one the answer is parsed whole.
-            parsed = _parsed_answer(data, known if self.judge is None else False)
+            parsed = _parsed_answer(data, self.judge is None, known)
         except (ValueError, AttributeError) as exc:
             detail = {"error": {"message": f"seam gateway: upstream answer unusable: {exc}"}}
             return 502, json.dumps(detail).encode(), ms
@@ -834,11 +834,13 @@ async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
     return b"".join(chunks)
 
 
-def _parsed_answer(data: bytes, known: raw_ids.RawIds | None | bool = False) -> dict:
+def _parsed_answer(
+    data: bytes, keep_ids: bool = False, known: raw_ids.RawIds | None = None
+) -> dict:
     """The engine's answer parsed and checked (``_check_answer``); a ValueError says why not.
-    Unless ``known`` is False, its prompt ids are kept as the engine's bytes where they can
-    be cut out exactly (``raw_ids.split_prompt_ids``; ``known``: the previous prompt's)."""
-    split = None if known is False else raw_ids.split_prompt_ids(data, known or None)
+    With ``keep_ids`` its prompt ids are kept as the engine's bytes where they can be cut
+    out exactly (``raw_ids.split_prompt_ids``; ``known``: the previous prompt's)."""
+    split = raw_ids.split_prompt_ids(data, known) if keep_ids else None
     parsed = split[0] if split is not None else orjson.loads(data)
     # The raw shortcut on the bytes parsed (not two passes over the ids' bytes)
     check_depth(parsed, data if split is None else split[2])
