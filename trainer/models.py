@@ -250,7 +250,10 @@ class Critic(nn.Module):
         with torch.autocast(device_type=hidden.device.type, enabled=False):
             # fp32 whatever the parameters' compute dtype (FSDP's bf16 policy casts the head too)
             head = self.value_head
-            return F.linear(hidden.float(), head.weight.float(), head.bias.float()).squeeze(-1)
+            values = F.linear(hidden.float(), head.weight.float(), head.bias.float())
+            # A fresh tensor, not a view: FSDP2 hooks the root's output for its backward, and
+            # warns that an in-place op on a returned view would skip that hook.
+            return values.squeeze(-1).clone()
 
     def save_pretrained(self, out_dir: str | Path) -> None:
         from safetensors.torch import save_file
