@@ -57,6 +57,23 @@ def test_a_nested_step_counts_in_itself_only(monkeypatch):
     }
 
 
+def test_a_span_timed_as_nested_counts_in_itself_only(monkeypatch):
+    """``add_nested_since``: the renders between two encodes, timed as one span inside
+    ``segment+mask``, are left out of it as a nested step is."""
+    clock = _Clock()
+    monkeypatch.setattr("pipeline.common.step_times.time", clock)
+    times = StepTimes()
+    with times.step("segment+mask"):
+        clock.tick(1, 1)
+        start = times.clock()
+        clock.tick(4, 3)
+        times.add_nested_since("render", start)
+        with times.step("tokenize"):
+            clock.tick(5, 5)
+        clock.tick(2, 1)
+    assert times.seconds == {"render": [4, 3], "tokenize": [5, 5], "segment+mask": [3, 2]}
+
+
 def test_a_step_that_raises_is_still_counted():
     times = StepTimes()
     with pytest.raises(ValueError), times.step("read"):

@@ -66,9 +66,12 @@ class StepTimes:
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
             inner = self._inner.pop()
             self.add(name, wall - inner[0], cpu - inner[1])
-            if self._inner:  # the enclosing step leaves this one's time out of its own
-                self._inner[-1][0] += wall
-                self._inner[-1][1] += cpu
+            self._leave_out_of_enclosing(wall, cpu)
+
+    def _leave_out_of_enclosing(self, wall: float, cpu: float) -> None:
+        if self._inner:  # the enclosing step leaves this one's time out of its own
+            self._inner[-1][0] += wall
+            self._inner[-1][1] += cpu
 
     @staticmethod
     def clock() -> tuple[float, float]:
@@ -79,6 +82,17 @@ class StepTimes:
         """Count the span from ``start`` (``clock()``) to now under ``name``."""
         wall, cpu = self.clock()
         self.add(name, wall - start[0], cpu - start[1])
+
+    def add_nested_since(self, name: str, start: tuple[float, float]) -> None:
+        """Count the span from ``start`` to now under ``name`` as a step nested in the one
+        open now (left out of its time, as ``step`` does), with no step inside it. For
+        spans too short to time one by one: a clock reading costs a system call
+        (``process_time``), and timing each of a rollout's renders alone cost more than a
+        tenth of the render time."""
+        wall, cpu = self.clock()
+        wall, cpu = wall - start[0], cpu - start[1]
+        self.add(name, wall, cpu)
+        self._leave_out_of_enclosing(wall, cpu)
 
     def add(self, name: str, wall: float, cpu: float) -> None:
         into = self.seconds.setdefault(name, [0.0, 0.0])

@@ -105,6 +105,8 @@ class ChatRenderer:
         # Where renders and encodes count their seconds (steps ``render`` and ``tokenize``):
         # a build worker sets its task's ``StepTimes`` here while the task runs.
         self.times: StepTimes | None = None
+        # False while a caller times a run of renders as one span (``_PieceCache.prefetch``).
+        self.time_each_render = True
         self.template = _compile(tokenizer.chat_template)
         self.special = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
         self.eos_text = self._end_of_turn_text()
@@ -131,7 +133,7 @@ class ChatRenderer:
     def render(
         self, messages: Sequence[dict], tools: list | None, add_generation_prompt: bool
     ) -> str:
-        if self.times is not None:
+        if self.times is not None and self.time_each_render:
             with self.times.step("render"):
                 return self._render(messages, tools, add_generation_prompt)
         return self._render(messages, tools, add_generation_prompt)

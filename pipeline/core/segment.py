@@ -168,9 +168,12 @@ class _PieceCache:
         self.tools = tools
         self._pieces: dict[tuple[str, bool], np.ndarray] = {}
         self._outputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._generation_prompt: np.ndarray | None = None  # asked for at every call: kept
 
     def generation_prompt(self) -> np.ndarray:
-        return self.r.encode(self.r.generation_prompt())
+        if self._generation_prompt is None:
+            self._generation_prompt = self.r.encode(self.r.generation_prompt())
+        return self._generation_prompt
 
     def prefetch(self, rollout: Rollout, calls: list[CallView]) -> None:
         """Render every message of the rollout once and tokenize them all in one batch
@@ -197,27 +200,44 @@ class _PieceCache:
             jobs.clear()
             texts.clear()
 
-        # Rendered texts are encoded a batch of ENCODE_BATCH_CHARS at a time: a rollout of
-        # many multi-megabyte tool outputs never holds all of them rendered at once.
-        size = 0
-        for m in messages:
-            if m.role == "assistant":
-                new = list(self.r.output_text(template_message(m), self.tools))
-                jobs.append(("output", m.id))
-            elif (m.id, False) not in self._pieces:
-                new = [self.r.piece(template_message(m), False, self.tools)]
-                jobs.append(("piece", (m.id, False)))
-            else:
-                continue
-            texts += new
-            size += sum(map(len, new))
-            if size >= ENCODE_BATCH_CHARS:
-                encode()
-                size = 0
-        for mid, m in firsts.items():
-            texts.append(self.r.piece(template_message(m), True, self.tools))
-            jobs.append(("piece", (mid, True)))
-        encode()
+        # The renders between two encodes are timed as one ``render`` span (a clock
+        # reading per render cost more than a tenth of the render time).
+        times = self.r.times
+        start = times.clock() if times is not None else (0.0, 0.0)
+
+        def rendered() -> None:
+            nonlocal start
+            if times is not None:
+                times.add_nested_since("render", start)
+            encode()
+            if times is not None:
+                start = times.clock()
+
+        self.r.time_each_render = False
+        try:
+            # Rendered texts are encoded a batch of ENCODE_BATCH_CHARS at a time: a rollout
+            # of many multi-megabyte tool outputs never holds all of them rendered at once.
+            size = 0
+            for m in messages:
+                if m.role == "assistant":
+                    new = list(self.r.output_text(template_message(m), self.tools))
+                    jobs.append(("output", m.id))
+                elif (m.id, False) not in self._pieces:
+                    new = [self.r.piece(template_message(m), False, self.tools)]
+                    jobs.append(("piece", (m.id, False)))
+                else:
+                    continue
+                texts += new
+                size += sum(map(len, new))
+                if size >= ENCODE_BATCH_CHARS:
+                    rendered()
+                    size = 0
+            for mid, m in firsts.items():
+                texts.append(self.r.piece(template_message(m), True, self.tools))
+                jobs.append(("piece", (mid, True)))
+            rendered()
+        finally:
+            self.r.time_each_render = True
 
     def context(self, messages, at_start: bool = True) -> np.ndarray:
         """Tokens of ``messages``; ``at_start`` when they open the context (first piece differs).
