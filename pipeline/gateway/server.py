@@ -455,6 +455,7 @@ class Gateway:
             self.stats["errors"] += 1
             return f"seam gateway: the call could not be recorded: {exc}"
         session.next_call += 1
+        session.same_prefix = None  # used: the lists it holds are not kept past the call
         if correction is not None:
             await self.recorder.record_side("corrections.jsonl", correction)
         if delivered:

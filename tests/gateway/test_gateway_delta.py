@@ -257,6 +257,7 @@ def test_a_session_keeps_its_last_call_not_every_record(start_gateway):
             history += [answer["choices"][0]["message"], {"role": "user", "content": "more"}]
         session = gw.gateway.sessions["held"]
         assert session.calls == [] and session.base is not None
+        assert session.same_prefix is None  # the depth check's finding is dropped after use
         assert session.base["seam"]["call"] == 5 and session.next_call == 6
         assert session.base["request"]["messages"] == history[:-2]
     finally:
