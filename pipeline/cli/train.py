@@ -114,8 +114,8 @@ def run_train_step(args) -> int:
     if args.export_hf is not None:
         return _export_hf(args)
     args.shards = args.dir or args.shards
+    torch = _require_torch("train-step")  # a missing extra is named before any option check
     _check_options(args)
-    torch = _require_torch("train-step")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
     from rich.table import Table
