@@ -58,3 +58,13 @@ def renderer():
 @pytest.fixture(scope="session")
 def drop_reasoning_renderer():
     return _renderer("chatml-tools-drop-reasoning")
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """One local Ray instance for the session (2 CPUs, no dashboard), shared by every Ray test:
+    starting Ray takes ~25 s on two cores; a second start in one run was most of a test."""
+    ray = pytest.importorskip("ray", reason="Ray Data is optional: pip install 'seam-rl[ray]'")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield ray
+    ray.shutdown()

@@ -37,20 +37,17 @@ def inputs(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def ray_started():
-    """Ray, where a test of the ray engine started it, is stopped after the module."""
-    yield
-    import sys
-
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
+@pytest.fixture
+def ray_started(request):
+    """The session's one local Ray (``tests/conftest.py``: ``local_ray``) for an engine that
+    needs it; starting Ray is most of a Ray test's time, so the Ray tests share one."""
+    return request
 
 
 def _engine(name: str, ray_started) -> str:
     if ENGINES[name].extra:
         pytest.importorskip(ENGINES[name].extra)
+        ray_started.getfixturevalue("local_ray")
     return name
 
 

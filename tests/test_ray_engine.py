@@ -7,18 +7,10 @@ import pytest
 from pipeline.build.run import BuildConfig, run_build
 from tests.test_build import _rows, sample_rollouts, write_rollouts  # noqa: F401  (fixture reuse)
 
-# A local Ray cluster (~25 s to start and build): make test-all.
+# A local Ray cluster (the session's, tests/conftest.py: ~25 s to start) and a build: slow.
 pytestmark = pytest.mark.slow
 
 ray = pytest.importorskip("ray", reason="Ray Data is optional: pip install 'seam-rl[ray]'")
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    """One shared local Ray instance for the module: 2 CPUs, no dashboard."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
 
 
 def test_ray_output_equals_local_output_row_for_row(tmp_path, sample_rollouts, local_ray):  # noqa: F811
