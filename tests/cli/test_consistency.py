@@ -17,23 +17,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import COMMAND_ORDER, aliases, build_parser, main
+from tests.cli.parsers import all_parsers
 
 BEFORE = json.loads((Path(__file__).parent / "flags_before_issue24.json").read_text())
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _parsers() -> dict[str, argparse.ArgumentParser]:
-    found: dict[str, argparse.ArgumentParser] = {}
-
-    def walk(prefix: str, parser: argparse.ArgumentParser) -> None:
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, child in action.choices.items():
-                    found[f"{prefix} {name}".strip()] = child
-                    walk(f"{prefix} {name}", child)
-
-    walk("", build_parser())
-    return found
 
 
 def _visible(parser: argparse.ArgumentParser) -> set[str]:
@@ -41,7 +28,7 @@ def _visible(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def test_every_flag_of_before_the_redesign_is_still_accepted():
-    parsers = _parsers()
+    parsers = all_parsers()
     for command, flags in BEFORE.items():
         accepted = {s for a in parsers[command]._actions for s in a.option_strings}
         assert set(flags) <= accepted, (command, set(flags) - accepted)
@@ -90,7 +77,7 @@ def _after(argv: list[str]) -> list[str]:
 
 
 def test_one_name_means_one_thing():
-    parsers = _parsers()
+    parsers = all_parsers()
     for command, parser in parsers.items():
         visible = _visible(parser)
         assert not visible & {"--max-tokens", "--no-std", "--shards"}, command
@@ -115,7 +102,7 @@ def test_help_lists_the_commands_in_the_order_of_the_work(capsys):
     listed = [line.split()[0] for line in text.splitlines() if line.startswith("    ")]
     commands = [c for c in listed if c in COMMAND_ORDER]
     assert commands == COMMAND_ORDER
-    assert set(_parsers()) - {p for p in _parsers() if " " in p} == set(COMMAND_ORDER)
+    assert set(all_parsers()) - {p for p in all_parsers() if " " in p} == set(COMMAND_ORDER)
 
 
 def test_shell_completion_answers(tmp_path):

@@ -30,6 +30,7 @@ from pipeline.common.hashing import file_sha256
 from pipeline.sft.filter_options import FilterOptions
 from pipeline.sources.input_config import InputConfig
 from pipeline.sources.limits import Limits
+from tests.cli.parsers import all_parsers
 
 COMMANDS = (
     "build-rl",
@@ -203,22 +204,8 @@ def _flag_fields() -> list[dataclasses.Field]:
     return list(seen.values())
 
 
-def _all_parsers() -> dict[str, argparse.ArgumentParser]:
-    found: dict[str, argparse.ArgumentParser] = {}
-
-    def walk(prefix: str, parser: argparse.ArgumentParser) -> None:
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, child in action.choices.items():
-                    found[f"{prefix} {name}".strip()] = child
-                    walk(f"{prefix} {name}", child)
-
-    walk("", build_parser())
-    return found
-
-
 def _parsers() -> dict[str, argparse.ArgumentParser]:
-    every = _all_parsers()
+    every = all_parsers()
     return {name: every[name] for name in COMMANDS}
 
 
@@ -226,7 +213,7 @@ def test_a_flag_name_means_one_thing_in_every_command():
     """Issue 24 item 10: a flag two commands take has one help and one default (it comes
     from one definition), unless it is listed in PER_COMMAND with why."""
     seen: dict[str, set[tuple[str, str]]] = {}
-    for parser in _all_parsers().values():
+    for parser in all_parsers().values():
         for action in parser._actions:
             if action.help == argparse.SUPPRESS:
                 continue
