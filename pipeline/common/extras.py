@@ -18,7 +18,7 @@ from pipeline.common.errors import UsageError
 DISTRIBUTION = "seam-rl"
 
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "gateway": ("aiohttp",),
+    "gateway": ("aiohttp", "httptools"),
     "report": ("matplotlib",),
     "judge-llm": ("httpx2", "tenacity"),
     "train": ("torch",),
