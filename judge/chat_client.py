@@ -47,6 +47,7 @@ import httpx2
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from judge.answer_cache import AnswerCache
+from judge.llm_options import ClientConfig  # the options, with their flags
 from pipeline.common.credentials import split_url, with_path
 from pipeline.common.errors import SeamError
 from pipeline.common.redact import Redactor
@@ -54,25 +55,6 @@ from pipeline.common.redact import Redactor
 
 class ChatError(SeamError):
     """A request that failed for good (after retries); the message is safe to print."""
-
-
-@dataclass(frozen=True)
-class ClientConfig:
-    url: str
-    model: str
-    api_key_env: str | None = "OPENAI_API_KEY"
-    timeout_s: float = 60.0  # per attempt, in total
-    max_retries: int = 4
-    backoff_s: float = 1.0
-    backoff_cap_s: float = 30.0
-    temperature: float = 0.0
-    max_tokens: int = 1024
-    json_mode: bool = True
-    cache_dir: str | None = None
-    price_in_per_mtok: float = 0.0  # currency units per 1M prompt tokens
-    price_out_per_mtok: float = 0.0  # currency units per 1M completion tokens
-    max_response_bytes: int = 4 << 20  # an answer of max_tokens tokens is a few KB
-    max_connect_failures: int = 5  # in a row, then the endpoint is taken as down
 
 
 @dataclass
@@ -145,7 +127,7 @@ class ChatClient:
         self._redactor = Redactor(*self._endpoint.secrets)
         self._cache = (
             AnswerCache(config.cache_dir, config.model, config.max_response_bytes)
-            if config.cache_dir
+            if config.cache_dir and config.use_cache
             else None
         )
         self._connect_failures = 0  # in a row; touched only on the loop's thread

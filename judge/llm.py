@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from judge.chat_client import ChatClient, ChatError
 from judge.history import POST_COMPACTION_CALLS, SUMMARY_FLAGS, compactions
+from judge.llm_options import LlmJudgeOptions
 from judge.rules import ALL_CHECKS, judge_rollout, policy_compacts
 from judge.workspace import steps_in
 from schemas.correction import (
@@ -272,12 +273,15 @@ class Failure:
     reason: str
 
 
+DEFAULTS = LlmJudgeOptions()  # seam judge's: one definition (judge/llm_options.py)
+
+
 def judge_rollouts(
     rollouts: list[Rollout],
     client: ChatClient,
-    concurrency: int = 4,
-    every_call: bool = False,
-    max_context_chars: int = 60_000,
+    concurrency: int = DEFAULTS.concurrency,
+    every_call: bool = DEFAULTS.every_call,
+    max_context_chars: int = DEFAULTS.max_context_chars,
 ) -> tuple[list[Finding], list[Failure]]:
     """Findings (verdicts other than ok) and failures, in rollout and call order. At most
     ``concurrency`` requests are in flight."""

@@ -211,11 +211,12 @@ def _run_eval(args, rejected: Counter) -> int:
         from judge.llm import PROMPT_VERSION, judge_rollouts
 
         client = _chat_client(args)
+        asking = _judge_options(args)
         judge_name = f"LLM judge {args.model} (prompt {PROMPT_VERSION})"
 
         def findings_of(rollout):
             found, failed = judge_rollouts(
-                [rollout], client, args.concurrency, False, args.max_context_chars
+                [rollout], client, asking.concurrency, False, asking.max_context_chars
             )
             failures.extend(failed)
             return found
@@ -303,28 +304,22 @@ def _run_eval(args, rejected: Counter) -> int:
 
 
 def _chat_client(args):
-    """The chat client of ``--llm URL --model M`` and its options."""
-    from judge.chat_client import ChatClient, ClientConfig
-    from pipeline.core.tokenizer import cache_dir
+    """The chat client of ``--llm URL --model M`` and its options (``ClientConfig``)."""
+    from judge.chat_client import ChatClient
+    from judge.llm_options import ClientConfig
+    from pipeline.common.options import config_from_args
 
     if not args.model:
         raise UsageError("--llm needs --model (the model name the endpoint serves)")
-    return ChatClient(
-        ClientConfig(
-            url=args.llm,
-            model=args.model,
-            api_key_env=args.api_key_env,
-            timeout_s=args.timeout,
-            max_retries=args.retries,
-            json_mode=not args.no_json_mode,
-            cache_dir=None if args.no_cache else (args.cache_dir or str(cache_dir() / "judge")),
-            max_tokens=args.max_tokens,
-            price_in_per_mtok=args.price_in,
-            price_out_per_mtok=args.price_out,
-            max_response_bytes=args.max_response_bytes,
-            max_connect_failures=args.max_connect_failures,
-        )
-    )
+    return ChatClient(config_from_args(ClientConfig, args))
+
+
+def _judge_options(args):
+    """How the LLM judge asks (``LlmJudgeOptions``: --concurrency, --every-call, ...)."""
+    from judge.llm_options import LlmJudgeOptions
+    from pipeline.common.options import config_from_args
+
+    return config_from_args(LlmJudgeOptions, args)
 
 
 def _llm_findings(args, rollouts):
@@ -333,6 +328,7 @@ def _llm_findings(args, rollouts):
     from judge.llm import PROMPT_VERSION, judge_rollouts
 
     findings, failures = [], []
+    asking = _judge_options(args)
     with _chat_client(args) as client:
         Console(stderr=True).print(
             f"LLM judge {args.model} at {client.url} (prompt {PROMPT_VERSION})"
@@ -341,9 +337,9 @@ def _llm_findings(args, rollouts):
         for rollout in [*rollouts, None]:
             if rollout is not None:
                 batch.append(rollout)
-            if batch and (rollout is None or len(batch) == args.batch):  # bounded memory
+            if batch and (rollout is None or len(batch) == asking.batch):  # bounded memory
                 found, failed = judge_rollouts(
-                    batch, client, args.concurrency, args.every_call, args.max_context_chars
+                    batch, client, asking.concurrency, asking.every_call, asking.max_context_chars
                 )
                 findings += found
                 failures += failed
@@ -425,95 +421,21 @@ def register(sub) -> None:
     )
     _add_input_arguments(p)
     p.add_argument("--out", default="-", help="Findings JSONL file (default: stdout).")
-    p.add_argument(
-        "--llm",
-        metavar="URL",
-        help="OpenAI-compatible endpoint: server root, .../v1, or .../v1/chat/completions.",
-    )
-    p.add_argument("--model", help="Model name to request (needed with --llm).")
-    p.add_argument(
-        "--api-key-env",
-        default="OPENAI_API_KEY",
-        help="Environment variable holding the API key (default OPENAI_API_KEY; unset = no key). "
-        "The key is only sent in the Authorization header, never printed or cached.",
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=120.0,
-        help="Seconds per request attempt, in total: connect, send, wait and read the whole "
-        "answer (default 120).",
-    )
-    p.add_argument(
+    from judge.llm_options import ClientConfig, LlmJudgeOptions
+    from pipeline.common.options import add_options
+    from pipeline.sources.limits import MIB
+
+    # The LLM judge's options: one definition each, with the library's defaults.
+    add_options(p, ClientConfig)
+    deprecated_alias(p, "--max-tokens", "--max-answer-tokens", dest="max_answer_tokens", type=int)
+    deprecated_alias(  # bytes, as MiB: the one definition converts back exactly
+        p,
         "--max-response-bytes",
-        type=int,
-        default=4 << 20,
-        help="Largest response body read; a larger one fails that step and is never cached "
-        "(default 4194304).",
+        "--max-response-mb",
+        dest="max_response_mb",
+        type=lambda n: int(n) / MIB,
     )
-    p.add_argument(
-        "--max-connect-failures",
-        type=int,
-        default=5,
-        help="Connection failures in a row after which the endpoint is taken as down and the "
-        "remaining steps fail without a request (default 5).",
-    )
-    p.add_argument(
-        "--retries",
-        type=int,
-        default=4,
-        help="Retries on HTTP 429/5xx, timeouts and dropped connections, with exponential backoff "
-        "1s·2^attempt capped at 30s, or the server's Retry-After (default 4).",
-    )
-    p.add_argument(
-        "--concurrency", type=int, default=8, help="Requests in flight at once (default 8)."
-    )
-    p.add_argument(
-        "--cache-dir",
-        default=None,
-        help="Content-addressed answer cache: a rerun over the same inputs sends no request "
-        "(default $SEAM_CACHE_DIR/judge, else ~/.cache/seam/judge).",
-    )
-    p.add_argument("--no-cache", action="store_true", help="Neither read nor write the cache.")
-    p.add_argument(
-        "--no-json-mode",
-        action="store_true",
-        help="Do not send response_format={type: json_object} (for servers that reject it).",
-    )
-    p.add_argument(
-        "--max-answer-tokens",
-        type=int,
-        default=1024,
-        dest="max_tokens",
-        help="Answer length limit per request (default 1024).",
-    )
-    deprecated_alias(p, "--max-tokens", "--max-answer-tokens", dest="max_tokens", type=int)
-    p.add_argument(
-        "--max-context-chars",
-        type=int,
-        default=60_000,
-        help="Longest history shown; beyond it the first two messages and the most recent ones are kept (default 60000).",
-    )
-    p.add_argument(
-        "--every-call",
-        action="store_true",
-        help="Also ask, at every other action call, whether the agent should compact now (missing_trigger).",
-    )
-    p.add_argument(
-        "--batch",
-        type=int,
-        default=256,
-        help="Rollouts held in memory per judging batch (default 256).",
-    )
-    p.add_argument(
-        "--price-in",
-        type=float,
-        default=0.0,
-        help="Price per 1M prompt tokens, for the cost line (default 0).",
-    )
-    p.add_argument(
-        "--price-out", type=float, default=0.0, help="Price per 1M completion tokens (default 0)."
-    )
+    add_options(p, LlmJudgeOptions)
     p.add_argument(
         "--errors",
         help="Where to write the steps that could not be judged (default OUT.errors.jsonl).",

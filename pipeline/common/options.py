@@ -55,10 +55,14 @@ class Option:
     metavar: str | None = None
     choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
     switch: bool = False  # a flag without a value (``store_true``)
+    # A flag whose value may be left out (argparse ``nargs="?"``): ``const`` is then its
+    # value (``--synthesize-summary-calls`` alone: the packaged prompt).
+    nargs: str | None = None
+    const: Any = None
     to_field: Callable[[Any], Any] | None = None  # flag value → field value
     to_flag: Callable[[Any], Any] | None = None  # field default → the flag's default
     check: Callable[[Any], bool] | None = None  # the flag's value must pass it...
-    error: str = ""  # ...else this line (a usage error)
+    error: str = ""  # ...else this line (a usage error; "{value}" is the value given)
     group: str | None = None  # the argparse group the flag is listed under
     # A flag that sets other fields too (``--std``: use_std and std_ddof): flag value →
     # {field: value}; each of those fields names this flag in ``set_by``.
@@ -69,6 +73,10 @@ class Option:
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
             raise ValueError(f"Option.output must be one of {OUTPUTS}, not {self.output!r}")
+
+
+# What a field's output role is, not how its flag reads: ``flag_of`` leaves these out.
+_OUTPUT_PARTS = ("output", "fingerprint_key", "fingerprint_value")
 
 
 def option(default: Any = dataclasses.MISSING, *, factory: Any = None, **spec: Any) -> Any:
@@ -85,6 +93,21 @@ def nested(factory: Callable[[], Any], **spec: Any) -> Any:
     return dataclasses.field(
         default_factory=factory, metadata={"option": Option(**spec), "nested": True}
     )
+
+
+def flag_of(config_class: type, name: str) -> dict[str, Any]:
+    """The flag of ``config_class.name`` (flag, help, type, check, ...) as ``option``'s
+    keyword arguments, for a field of another config that is set by the same flag: one
+    definition under two names (the SFT filters' ``max_tokens`` is ``--max-length``). The
+    field says itself how it enters its own fingerprint."""
+    field = next(f for f in dataclasses.fields(config_class) if f.name == name)
+    spec = option_of(field)
+    assert spec is not None and spec.flag is not None, f"{config_class.__name__}.{name}"
+    return {
+        f.name: getattr(spec, f.name)
+        for f in dataclasses.fields(Option)
+        if f.name not in _OUTPUT_PARTS and getattr(spec, f.name) != f.default
+    }
 
 
 def option_of(field: dataclasses.Field) -> Option | None:
@@ -170,6 +193,9 @@ def _argparse_kwargs(field: dataclasses.Field) -> dict[str, Any]:
         kwargs["metavar"] = spec.metavar
     if spec.choices is not None:
         kwargs["choices"] = list(spec.choices() if callable(spec.choices) else spec.choices)
+    if spec.nargs is not None:
+        kwargs["nargs"] = spec.nargs
+        kwargs["const"] = spec.const
     return kwargs
 
 
@@ -208,7 +234,7 @@ def values_from_args(config_class: type, args: argparse.Namespace) -> dict[str, 
             continue
         given = getattr(args, dest_of(spec.flag))
         if spec.check is not None and given is not None and not spec.check(given):
-            raise UsageError(spec.error)
+            raise UsageError(spec.error.replace("{value}", str(given)))
         if spec.sets is not None:
             values.update(spec.sets(given))
         else:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.common.options import ALWAYS, option
+from pipeline.build.config import LengthConfig
+from pipeline.common.options import ALWAYS, flag_of, option
 
 
 def _turned_off(flag: str, what: str) -> dict:
@@ -53,5 +54,6 @@ class FilterOptions:
         help="Keep only rollouts with resolved=true (filtered: unresolved, outcome_unknown).",
     )
     # Segments longer than this many tokens are left out: --max-length, the definition
-    # build-sft shares with export (pipeline/build/config.py LengthConfig).
-    max_tokens: int | None = option(None, set_by="--max-length", output=ALWAYS)
+    # build-sft shares with export (pipeline/build/config.py LengthConfig), under the
+    # name the stage's fingerprint has always recorded.
+    max_tokens: int | None = option(None, output=ALWAYS, **flag_of(LengthConfig, "max_length"))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from pipeline.common.options import fingerprint_of
 from pipeline.core.mask import MaskedSegment
 from pipeline.core.render import template_message
 from pipeline.sft.attach import CorrectionsFile, attach
+from pipeline.sft.config import SftOptions
 from pipeline.sft.filters import FilterOptions, over_length, rollout_filter, trim_dangling_call
 from pipeline.sft.synthesize import synthesize_summary_calls
 from schemas.correction import executed_output_text
@@ -113,14 +114,11 @@ _SIDE_SCHEMA = PAIR_SCHEMA.append(pa.field("ordinal", pa.int64()))
 
 
 @dataclass(frozen=True)
-class SftStage(PlainStage):
-    """Picklable configuration of the stage; the build calls ``open_task`` in each worker.
-    Registered as ``"sft"`` (``pipeline/build/stage.py``): what readers of an SFT build ask of
-    it is answered here."""
-
-    corrections_file: str | None = None
-    filters: FilterOptions = field(default_factory=FilterOptions)
-    synthesize_prompt: str | None = None  # the prompt text of --synthesize-summary-calls
+class SftStage(SftOptions, PlainStage):
+    """Picklable configuration of the stage (its fields, each with its ``build-sft`` flag,
+    are ``SftOptions``': ``pipeline/sft/config.py``); the build calls ``open_task`` in each
+    worker. Registered as ``"sft"`` (``pipeline/build/stage.py``): what readers of an SFT
+    build ask of it is answered here."""
 
     extra_fields = [
         pa.field(name, dtype, nullable=False, metadata={"doc": doc})
@@ -159,10 +157,10 @@ class SftStage(PlainStage):
         from pipeline.build.write import file_sha256
 
         digest = file_sha256(Path(self.corrections_file)) if self.corrections_file else None
-        found = {"filters": fingerprint_of(self.filters), "corrections_sha256": digest}
-        if self.synthesize_prompt is not None:  # in the manifest: what verify re-applies
-            found["synthesize_summary_calls"] = {"prompt": self.synthesize_prompt}
-        return found
+        # The fields' own (SftOptions): the filters, the synthesis prompt when one is used
+        # (in the manifest: what verify re-applies); the corrections by their content.
+        found = fingerprint_of(self)
+        return {"filters": found.pop("filters"), "corrections_sha256": digest, **found}
 
     def open_task(self, out: str, task_index: int) -> TaskStage:
         return TaskStage(self, _side_paths(out, task_index), _corrections(self.corrections_file))

@@ -44,7 +44,8 @@ def _fresh_warnings(monkeypatch):
     [
         (["build-rl", "x", "--out", "o", "--no-std"], ["--std", "none"], "std", "none"),
         (["build-sft", "x", "--out", "o", "--max-tokens", "7"], ["--max-length", "7"], "max_length", 7),
-        (["judge", "x", "--max-tokens", "5"], ["--max-answer-tokens", "5"], "max_tokens", 5),
+        (["judge", "x", "--max-tokens", "5"], ["--max-answer-tokens", "5"], "max_answer_tokens", 5),
+        (["judge", "x", "--max-response-bytes", "1048576"], ["--max-response-mb", "1"], "max_response_mb", 1.0),
         (["simulate", "--n", "1", "--out", "o", "--format", "parquet"], ["--output-format", "parquet"], "format", "parquet"),
         (["train-step", "--shards", "b", "--model", "m"], ["b", "--model", "m"], "shards", "b"),
     ],
@@ -65,8 +66,11 @@ def test_a_deprecated_name_works_as_the_new_one_and_warns_once(old, new, dest, v
     assert "deprecated" not in capsys.readouterr().err
 
 
+OLD_NAMES = ("--no-std", "--max-tokens", "--max-response-bytes", "--format", "--shards")
+
+
 def _old_flag(argv: list[str]) -> str:
-    return next(a for a in argv if a in ("--no-std", "--max-tokens", "--format", "--shards"))
+    return next(a for a in argv if a in OLD_NAMES)
 
 
 def _after(argv: list[str]) -> list[str]:
@@ -80,7 +84,7 @@ def test_one_name_means_one_thing():
     parsers = all_parsers()
     for command, parser in parsers.items():
         visible = _visible(parser)
-        assert not visible & {"--max-tokens", "--no-std", "--shards"}, command
+        assert not visible & (set(OLD_NAMES) - {"--format"}), command
         for action in parser._actions:  # --format: an input format (auto, canonical, a reader)
             if "--format" in action.option_strings and action.help != argparse.SUPPRESS:
                 assert "auto" in action.help and "canonical" in action.help, command

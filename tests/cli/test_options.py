@@ -16,18 +16,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from judge.llm_options import ClientConfig, LlmJudgeOptions
 from pipeline.build.config import BuildConfig, LengthConfig, OutputConfig
 from pipeline.build.worker import WorkerConfig
 from pipeline.cli import build_parser, main
 from pipeline.common import options
 from pipeline.common.hashing import file_sha256
+from pipeline.sft.config import SftOptions
 from pipeline.sft.filter_options import FilterOptions
+from pipeline.sft.stage import SftStage
+from pipeline.sft.synthesize import load_prompt
 from pipeline.sources.input_config import InputConfig
 from pipeline.sources.limits import Limits
 from tests.cli.parsers import all_parsers
@@ -58,6 +63,8 @@ PER_COMMAND = {
     "--api-key-env": "the LLM judge's key or the gateway engine's",
     "--capture": "the hook's capture directory (install) or a hook's own argument",
     "--html": "the report's file or show's page",
+    "--max-response-mb": "the largest answer read from an LLM endpoint, in MiB: the judge's "
+    "(a step fails) or the gateway engine's (a 502), each with its default",
     "--verify": "one add_verify_argument: a build samples by default, seam verify checks all",
 }
 
@@ -198,7 +205,15 @@ def test_output_affecting_fields_and_only_they_change_the_fingerprint(field, rew
 
 def _flag_fields() -> list[dataclasses.Field]:
     seen: dict[str, dataclasses.Field] = {}
-    for config in (BuildConfig, InputConfig, OutputConfig, LengthConfig, FilterOptions):
+    for config in (
+        BuildConfig,
+        InputConfig,
+        OutputConfig,
+        LengthConfig,
+        SftOptions,
+        ClientConfig,
+        LlmJudgeOptions,
+    ):
         for f in options.flagged_fields(config):
             seen.setdefault(f.name, f)
     return list(seen.values())
@@ -325,6 +340,186 @@ def test_every_sft_filter_flag_sets_its_field(field):
 def test_the_sft_filters_fingerprint_is_the_one_of_before(filters):
     """The SFT stage recorded ``filters.__dict__``: every field, always."""
     assert options.fingerprint_of(filters) == filters.__dict__
+
+
+def sft_fingerprint_before(stage: SftStage) -> dict:
+    """``SftStage.fingerprint`` as it was written by hand before its options were fields."""
+    digest = file_sha256(Path(stage.corrections_file)) if stage.corrections_file else None
+    found = {"filters": stage.filters.__dict__, "corrections_sha256": digest}
+    if stage.synthesize_prompt is not None:
+        found["synthesize_summary_calls"] = {"prompt": stage.synthesize_prompt}
+    return found
+
+
+@pytest.fixture(scope="module")
+def corrections_file(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("corrections") / "corrections.jsonl"
+    path.write_text('{"rollout_id": "r1"}\n')
+    return str(path)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    filters=st.builds(
+        FilterOptions,
+        malformed=st.booleans(),
+        resolved_only=st.booleans(),
+        max_tokens=st.sampled_from([None, 512]),
+    ),
+    corrections=st.booleans(),
+    prompt=st.sampled_from([None, "Summarize the work so far."]),
+)
+def test_the_sft_stage_fingerprint_is_the_one_of_before(
+    filters, corrections, prompt, corrections_file
+):
+    """Its keys in the same order too: the manifest's ``config.stage`` keeps its bytes."""
+    stage = SftStage(
+        corrections_file=corrections_file if corrections else None,
+        filters=filters,
+        synthesize_prompt=prompt,
+    )
+    assert json.dumps(stage.fingerprint()) == json.dumps(sft_fingerprint_before(stage))
+
+
+def test_every_sft_stage_flag_sets_its_field(tmp_path, corrections_file):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Summarize the work so far.\n")
+    build_sft = ["build-sft", "in.jsonl", "--out", "o"]
+    for flags, field, value in [
+        (["--corrections", corrections_file], "corrections_file", corrections_file),
+        (["--synthesize-summary-calls"], "synthesize_prompt", load_prompt(None)),
+        ([f"--synthesize-summary-calls={prompt}"], "synthesize_prompt", "Summarize the work so far."),
+        (["--max-length", "9"], "filters", FilterOptions(max_tokens=9)),
+        (["--max-tokens", "9"], "filters", FilterOptions(max_tokens=9)),  # its old name
+        (["--keep-off-task"], "filters", FilterOptions(off_task=False)),
+    ]:  # fmt: skip
+        stage = options.config_from_args(SftStage, build_parser().parse_args(build_sft + flags))
+        assert getattr(stage, field) == value, flags
+        assert stage == dataclasses.replace(SftStage(), **{field: value}), flags  # that one alone
+
+
+@pytest.mark.parametrize(
+    "flags, line",
+    [
+        (["--corrections", "{tmp}/none.jsonl"], "--corrections {tmp}/none.jsonl: no such file"),
+        (["--synthesize-summary-calls={tmp}/none.txt"], "--synthesize-summary-calls {tmp}/none.txt: no such file"),
+        (["--max-length", "0"], "--max-length must be at least 1"),
+    ],
+)  # fmt: skip
+def test_a_bad_sft_option_is_one_line(flags, line, tmp_path, capsys):
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text("")
+    argv = [f.replace("{tmp}", str(tmp_path)) for f in flags]
+    out = tmp_path / "o"
+    assert main(["build-sft", str(inputs), "--out", str(out), *argv]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"seam build-sft: error: {line.replace('{tmp}', str(tmp_path))}\n"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "config_class, field",
+    [(c, f) for c in (ClientConfig, LlmJudgeOptions) for f in options.flagged_fields(c)],
+    ids=lambda x: getattr(x, "name", getattr(x, "__name__", "")),
+)
+def test_every_llm_judge_flag_sets_its_field(config_class, field):
+    argv = ["judge", "in.jsonl", "--llm", "http://127.0.0.1:9/v1", "--model", "m"]
+    args = build_parser().parse_args([*argv, *_argv_setting(field)])
+    given = options.config_from_args(config_class, args)
+    default = options.config_from_args(config_class, build_parser().parse_args(argv))
+    assert getattr(given, field.name) != getattr(default, field.name)
+
+
+def client_config_before(args: argparse.Namespace) -> dict:
+    """The client config ``seam judge`` built by hand from its flags before they were
+    fields (pipeline/cli/judge.py ``_chat_client``), as a dict."""
+    from pipeline.core.tokenizer import cache_dir
+
+    return dict(
+        url=args.llm,
+        model=args.model,
+        api_key_env=args.api_key_env,
+        timeout_s=args.timeout,
+        max_retries=args.retries,
+        json_mode=not args.no_json_mode,
+        cache_dir=None if args.no_cache else (args.cache_dir or str(cache_dir() / "judge")),
+        max_tokens=args.max_answer_tokens,
+        price_in_per_mtok=args.price_in,
+        price_out_per_mtok=args.price_out,
+        max_response_bytes=int(args.max_response_mb * (1 << 20)),  # was --max-response-bytes
+        max_connect_failures=args.max_connect_failures,
+        backoff_s=1.0,
+        backoff_cap_s=30.0,
+        temperature=0.0,
+    )
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--no-cache", "--timeout", "5", "--retries", "0", "--no-json-mode"],
+        ["--cache-dir", "c", "--max-answer-tokens", "9", "--price-in", "1.5", "--price-out", "2"],
+        ["--max-response-bytes", "1000", "--max-connect-failures", "2", "--api-key-env", "K"],
+        ["--max-tokens", "7", "--max-response-mb", "0.5"],
+    ],
+)
+def test_the_judge_client_config_is_the_one_of_before(flags):
+    """The defaults too: the library's ClientConfig had a 60 s timeout, the flag 120 s;
+    one definition keeps the command line's (what users ran)."""
+    args = build_parser().parse_args(["judge", "x", "--llm", "http://h/v1", "--model", "m", *flags])
+    config = options.config_from_args(ClientConfig, args)
+    found = dataclasses.asdict(config)
+    if not found.pop("use_cache"):
+        found["cache_dir"] = None  # the client reads no cache (ChatClient)
+    assert found == client_config_before(args)
+
+
+def test_the_judge_defaults_are_the_ones_of_before():
+    """The flags' defaults before they were fields (pipeline/cli/judge.py's add_argument)."""
+    from pipeline.core.tokenizer import cache_dir
+
+    args = build_parser().parse_args(["judge", "x", "--llm", "u", "--model", "m"])
+    assert options.config_from_args(ClientConfig, args) == ClientConfig(
+        url="u",
+        model="m",
+        api_key_env="OPENAI_API_KEY",
+        timeout_s=120.0,
+        max_retries=4,
+        max_tokens=1024,
+        json_mode=True,
+        cache_dir=str(cache_dir() / "judge"),
+        price_in_per_mtok=0.0,
+        price_out_per_mtok=0.0,
+        max_response_bytes=4194304,
+        max_connect_failures=5,
+    )
+    assert options.config_from_args(LlmJudgeOptions, args) == LlmJudgeOptions(
+        concurrency=8, every_call=False, max_context_chars=60_000, batch=256
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, line",
+    [
+        (["--concurrency", "0"], "--concurrency must be at least 1"),
+        (["--batch", "0"], "--batch must be at least 1"),
+        (["--max-response-mb", "0"], "--max-response-mb must be positive"),
+        (["--max-connect-failures", "0"], "--max-connect-failures must be at least 1"),
+        ([], "--llm needs --model (the model name the endpoint serves)"),
+    ],
+)
+def test_a_bad_llm_judge_option_is_one_line(flags, line, tmp_path, capsys):
+    """Refused before a request is sent (nothing listens at the URL)."""
+    from tests.packaging.inputs import write_rollouts
+
+    inputs = write_rollouts(tmp_path / "in.jsonl")
+    model = [] if not flags else ["--model", "m"]
+    argv = ["judge", str(inputs), "--llm", "http://127.0.0.1:9/v1", *model, *flags]
+    assert main([*argv, "--out", str(tmp_path / "f.jsonl")]) == 2
+    assert capsys.readouterr().err == f"seam judge: error: {line}\n"
 
 
 def test_the_worker_config_takes_the_build_config_fields_by_name():
