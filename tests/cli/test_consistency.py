@@ -92,6 +92,31 @@ def test_one_name_means_one_thing():
     assert {"--max-length"} <= _visible(parsers["build-sft"]) & _visible(parsers["export"])
 
 
+# The commands that read a finished build; show and audit also take rollout inputs there.
+READ_A_BUILD = {"stats", "sql", "show", "view", "report", "export", "train-step", "verify"}
+
+
+def test_the_build_directory_is_always_the_first_argument():
+    """Every command that reads a build takes it as its first positional argument, and
+    no flag of any command names a build to read (train-step's --shards was one: it is a
+    hidden alias now)."""
+    takes_a_build = set()
+    for command, parser in all_parsers().items():
+        positional = [a for a in parser._actions if not a.option_strings and a.help]
+        first = positional[0].help if positional else ""
+        if first and first.startswith("A build directory"):
+            takes_a_build.add(command)
+        for action in parser._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS:
+                continue
+            assert action.dest not in ("dir", "build", "build_dir", "shards"), command
+            assert not str(action.help).startswith(("A build directory", "The build")), (
+                command,
+                action.option_strings,
+            )
+    assert takes_a_build == READ_A_BUILD
+
+
 def test_the_build_directory_is_positional_in_train_step(tmp_path, capsys):
     assert main(["train-step", "--model", "m"]) == 2
     assert (
