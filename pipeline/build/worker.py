@@ -86,11 +86,14 @@ def segmenter_for(config: WorkerConfig) -> Segmenter:
 
 def segmenter_with(tokenizer: str | None, chat_template: str | None) -> Segmenter:
     """The process's segmenter for a tokenizer and template: loaded and probed once, shared
-    by the manifest (template hash, incremental or not) and by every task."""
-    key = (tokenizer, chat_template)
-    if key not in _SEGMENTERS:
-        from pipeline.core.tokenizer import load_build_tokenizer
+    by the manifest (template hash, incremental or not), by every task and by the build's
+    own ``--verify`` (which names the tokenizer by the directory the manifest records:
+    keyed by that directory, not by how it was named, the build's loaded tokenizer serves
+    it instead of a second 0.6 s load; verify renders through its own path either way)."""
+    from pipeline.core.tokenizer import load_build_tokenizer, tokenizer_dir
 
+    key = (str(tokenizer_dir(tokenizer).resolve()), chat_template)
+    if key not in _SEGMENTERS:
         _SEGMENTERS[key] = Segmenter(ChatRenderer(load_build_tokenizer(tokenizer, chat_template)))
     return _SEGMENTERS[key]
 

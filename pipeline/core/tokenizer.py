@@ -221,7 +221,7 @@ def load_tokenizer(spec: str | None = None, chat_template: str | None = None):
     from transformers import AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    path = _tokenizer_dir(spec)
+    path = tokenizer_dir(spec)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:  # transformers raises many types; the user needs one line
@@ -295,7 +295,9 @@ def _resolve_template(spec: str | None, chat_template: str | None, current: str 
     return current
 
 
-def _tokenizer_dir(spec: str | None) -> Path:
+def tokenizer_dir(spec: str | None) -> Path:
+    """The directory a ``--tokenizer`` value names (the built-in one for none or
+    ``qwen2.5``); a one-line ``TokenizerError`` for a value that names none."""
     if spec in (None, "", DEFAULT_TOKENIZER):
         return default_tokenizer_dir()
     path = Path(spec).expanduser()
@@ -318,7 +320,7 @@ def load_build_tokenizer(
     """The tokenizer the build renders and encodes with (torch-free when possible)."""
     from tokenizers import Tokenizer
 
-    path = _tokenizer_dir(spec)
+    path = tokenizer_dir(spec)
     if not (path / "tokenizer.json").exists():
         hf = load_tokenizer(spec, chat_template)
         return LocalTokenizer(

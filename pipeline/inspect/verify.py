@@ -41,6 +41,7 @@ default tokenizer): the model received the normalized text, and decoding returns
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import re
@@ -51,7 +52,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.build.manifest import InputRecord, Manifest, build_tokenizer
@@ -183,7 +183,8 @@ def verify_build(
     )
     renderer = build_tokenizer(manifest, tokenizer)
     shards = [out / name for name in manifest.shards]
-    ids = _rollout_ids(shards)
+    shard_ids = _shard_ids(shards)
+    ids = list(dict.fromkeys(i for s in shards for i in shard_ids[s]))
     wanted = _sample(ids) if mode == "sample" else set(ids)
     rollouts: dict[str, list[Rollout]] = {}
     positions: list[tuple[str, int | None, str]] = []  # every valid input rollout, in order
@@ -207,7 +208,7 @@ def verify_build(
     result.quarantined = sink.entries()
     result.mismatches.extend(built.missing(result.quarantined, manifest))
     with_rows: Counter = Counter()  # per id, the rollouts of that id that have rows
-    rows = _row_groups(shards, wanted)
+    rows = _row_groups(shards, shard_ids, wanted)
     for group in counted(rows, progress, len(wanted), f"verifying ({mode})"):
         rollout_id = group[0][2]["rollout_id"]
         with_rows[rollout_id] += 1
@@ -292,12 +293,13 @@ def _unaccounted(
     ]
 
 
-def _rollout_ids(shards: list[Path]) -> list[str]:
-    return list(
-        dict.fromkeys(
-            i for s in shards for i in pq.read_table(s, columns=["rollout_id"])[0].to_pylist()
-        )
-    )
+def _shard_ids(shards: list[Path]) -> dict[Path, list[str]]:
+    """Each shard's ``rollout_id`` column, row by row."""
+    ids = {}
+    for shard in shards:
+        with pq.ParquetFile(shard) as f:
+            ids[shard] = f.read(columns=["rollout_id"])["rollout_id"].to_pylist()
+    return ids
 
 
 def _sample(ids: list[str]) -> set[str]:
@@ -307,6 +309,14 @@ def _sample(ids: list[str]) -> set[str]:
 
 
 TOKEN_COLUMNS = ("input_ids", "loss_mask", "logprobs")
+# numpy's dtype of each primitive Arrow type a per-token column holds.
+NUMPY_TYPES = {
+    pa.int8(): np.int8,
+    pa.int32(): np.int32,
+    pa.int64(): np.int64,
+    pa.float32(): np.float32,
+    pa.float64(): np.float64,
+}
 
 
 def _rows(table: pa.Table) -> list[dict]:
@@ -318,36 +328,58 @@ def _rows(table: pa.Table) -> list[dict]:
         column = table[name]
         for i, row in enumerate(rows):
             value = column[i]
-            row[name] = value.values.to_numpy(zero_copy_only=False) if value.is_valid else None
+            row[name] = list_values(value.values) if value.is_valid else None
     return rows
 
 
-def _row_groups(shards: list[Path], wanted: set[str]) -> list[list[tuple]]:
+def list_values(values: pa.Array) -> np.ndarray:
+    """A list cell's values as a read-only numpy view of its Arrow buffer. Not
+    ``Array.to_numpy``: its first call imports pandas (0.3-0.9 s, a third of a sample
+    audit), which nothing else in a build process imports. Nulls, or a type without a
+    fixed-width numpy twin, go through ``to_numpy``."""
+    dtype = NUMPY_TYPES.get(values.type)
+    if dtype is None or values.null_count:
+        return values.to_numpy(zero_copy_only=False)
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(
+        values.buffers()[1], dtype=dtype, count=len(values), offset=values.offset * size
+    )
+
+
+def _row_groups(
+    shards: list[Path], ids: dict[Path, list[str]], wanted: set[str]
+) -> list[list[tuple]]:
     """The wanted rollouts' rows as (shard name, row, row dict), one group per rollout in
-    build order (a group starts at segment 0, so two rollouts sharing an id stay apart)."""
+    build order (a group starts at segment 0, so two rollouts sharing an id stay apart).
+    Only the shards' row groups holding a wanted row are read (``ParquetFile``, not a
+    filtered ``read_table``: that imports ``pyarrow.dataset`` and pandas, 0.4-1 s)."""
     groups: list[list[tuple]] = []
     for shard in shards:
-        schema = pq.read_schema(shard)
-        columns = ROW_COLUMNS + [c for c in (FIDELITY_COLUMN, GAP_COLUMN) if c in schema.names]
-        ids = pq.read_table(shard, columns=["rollout_id"])["rollout_id"]
-        mask = pc.is_in(ids, pa.array(sorted(wanted), pa.string()))
-        rows_at = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
-        if not len(rows_at):
+        rows_at = [i for i, rollout_id in enumerate(ids[shard]) if rollout_id in wanted]
+        if not rows_at:
             continue
-        # The filter skips row groups without a wanted id (their statistics say so) and
-        # keeps row order, so the rows line up with ``rows_at``.
-        table = pq.read_table(shard, columns=columns, filters=[("rollout_id", "in", wanted)])
-        if not table["rollout_id"].equals(ids.take(pa.array(rows_at))):
-            raise VerifyError(f"{shard}: the filtered rows do not line up with their positions")
-        for row_index, row in zip(rows_at.tolist(), _rows(table)):
-            previous = groups[-1][-1][2] if groups else None
-            if (
-                previous is None
-                or row["segment_index"] == 0
-                or previous["rollout_id"] != row["rollout_id"]
-            ):
-                groups.append([])
-            groups[-1].append((shard.name, row_index, row))
+        with pq.ParquetFile(shard) as f:
+            names = f.schema_arrow.names
+            columns = ROW_COLUMNS + [c for c in (FIDELITY_COLUMN, GAP_COLUMN) if c in names]
+            sizes = [f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)]
+            starts = np.cumsum([0, *sizes]).tolist()
+            in_group: dict[int, list[int]] = defaultdict(list)  # in row order
+            for i in rows_at:
+                in_group[bisect.bisect_right(starts, i) - 1].append(i)
+            for g, at in in_group.items():
+                table = f.read_row_group(g, columns=columns)
+                picked = pa.concat_tables([table.slice(i - starts[g], 1) for i in at])
+                for row_index, row in zip(at, _rows(picked)):
+                    if row["rollout_id"] != ids[shard][row_index]:
+                        raise VerifyError(f"{shard}: row {row_index} changed while verify read it")
+                    previous = groups[-1][-1][2] if groups else None
+                    if (
+                        previous is None
+                        or row["segment_index"] == 0
+                        or previous["rollout_id"] != row["rollout_id"]
+                    ):
+                        groups.append([])
+                    groups[-1].append((shard.name, row_index, row))
     return groups
 
 
