@@ -65,6 +65,7 @@ DEFAULT_SUMMARY_PROMPTS = (
 )
 TOKEN_ID_PARAMS = {"logprobs": True, "return_token_ids": True}
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
+TRANSLATE = {"anthropic": anthropic_to_openai, "responses": responses_to_openai}
 
 
 @dataclass
@@ -113,6 +114,10 @@ class Session:
     # compare the history again. Matched by identity: it holds for exactly those lists.
     checked: list | None = None
     same_prefix: tuple[list, list, int] | None = None
+    # The last user message's text the summary prompts were searched in, and the finding:
+    # an agent's last user message is often the same for many calls (its tool outputs
+    # come as tool messages), and the case-blind search costs ~75 ns a character.
+    summary_memo: tuple[str, bool] | None = None
 
     def known_equal(self, history: list, before: Any) -> int:
         """How many leading items of ``history`` are known to equal ``before``'s."""
@@ -178,6 +183,12 @@ class Gateway:
         # retry that succeeded without them; see _forward).
         self.models_without_ids: set[str] = set()
         self.summary_re = re.compile("|".join(f"(?:{p})" for p in config.summary_prompts), re.I)
+        # The names it answers to, fixed at start (they were worked out on every call).
+        self._allowed = http_guard.names(config.listen_host, config.allow_hosts)
+        self._checks_host = bool(
+            config.listen_host not in http_guard.WILDCARD_HOSTS or config.allow_hosts
+        )
+        self._hosts_seen: dict[str | None, bool] = {}
         self.client: aiohttp.ClientSession | None = None
         self.stats = stats if stats is not None else {"calls": 0, "corrected": 0, "errors": 0}
 
@@ -205,29 +216,38 @@ class Gateway:
         """Refuse what a web page could send (pipeline/common/http_guard.py): a Host the gateway
         is not known by (DNS rebinding), a browser Origin of another site, and a POST
         body that is not JSON (a cross-site "simple" request needs no preflight)."""
-        allowed = http_guard.names(self.config.listen_host, self.config.allow_hosts)
-        checks_host = (
-            self.config.listen_host not in http_guard.WILDCARD_HOSTS or self.config.allow_hosts
-        )
-        if checks_host and not http_guard.host_allowed(request.headers.get("Host"), allowed):
+        headers = request.headers
+        host = headers.get("Host")
+        if self._checks_host and not self._host_allowed(host):
             return _error(
                 403,
-                f"Host {request.headers.get('Host')!r} is not a name this gateway answers to; "
+                f"Host {host!r} is not a name this gateway answers to; "
                 "add it with --allow-host NAME",
             )
-        if not http_guard.origin_allowed(request.headers.get("Origin"), allowed):
+        if not http_guard.origin_allowed(headers.get("Origin"), self._allowed):
             return _error(
                 403,
-                f"Origin {request.headers.get('Origin')!r} is another site; a page may not "
+                f"Origin {headers.get('Origin')!r} is another site; a page may not "
                 "call the gateway (add its host with --allow-host NAME if it should)",
             )
-        if request.method == "POST" and not http_guard.is_json(request.headers.get("Content-Type")):
+        if request.method == "POST" and not http_guard.is_json(headers.get("Content-Type")):
             return _error(
                 415,
                 "the body must be JSON sent as Content-Type: application/json "
                 "(curl: -H 'Content-Type: application/json')",
             )
         return await handler(request)
+
+    def _host_allowed(self, host: str | None) -> bool:
+        """``http_guard.host_allowed`` remembered per ``Host`` value: a fleet sends the same
+        one or two on every call (parsing it is a urlsplit). Bounded: a client sending a
+        new value on every call only refills it."""
+        verdict = self._hosts_seen.get(host)
+        if verdict is None:
+            if len(self._hosts_seen) >= 64:
+                self._hosts_seen.clear()
+            verdict = self._hosts_seen[host] = http_guard.host_allowed(host, self._allowed)
+        return verdict
 
     async def _start(self, app: web.Application) -> None:
         self.client = aiohttp.ClientSession(
@@ -316,9 +336,8 @@ class Gateway:
         received = time.monotonic()
         try:
             session = self._session(request)
-            try:  # a trickling body is dropped (3,000 such connections were held for 90 s)
-                raw = await asyncio.wait_for(request.read(), self.config.client_timeout_s)
-            except TimeoutError:
+            raw = await _read_body(request, self.config.client_timeout_s)
+            if raw is None:
                 return _error(408, "the request body did not arrive in time", dialect)
             body = orjson.loads(raw)
             if not isinstance(body, dict):
@@ -326,8 +345,7 @@ class Gateway:
             # Deeper nesting would fail later, after the engine answered, where the call is
             # serialized (orjson stops at 255 levels): a 500 with the engine's work lost.
             _check_depth(body, raw, session)
-            translate = {"anthropic": anthropic_to_openai, "responses": responses_to_openai}
-            upstream_body = translate[dialect](body) if dialect in translate else dict(body)
+            upstream_body = TRANSLATE[dialect](body) if dialect in TRANSLATE else dict(body)
         except (ValueError, DialectError) as exc:
             return _error(400, str(exc), dialect)
         stream = bool(body.get("stream"))
@@ -399,7 +417,7 @@ class Gateway:
             "upstream_ms": round(upstream_ms, 2),
             "extends_previous": extends if session.base is not None else None,
         }
-        if self._is_summary_request(upstream_body):
+        if self._is_summary_request(upstream_body, session):
             seam["kind"] = "summary"
         return seam
 
@@ -526,7 +544,7 @@ class Gateway:
                 if self.judge is not None:
                     session.calls.append((line, full, ""))
 
-    def _is_summary_request(self, body: dict) -> bool:
+    def _is_summary_request(self, body: dict, session: Session) -> bool:
         # The last user message, found from the end (not a pass over the whole history)
         last = next(
             (m for m in reversed(body.get("messages") or []) if m.get("role") == "user"), None
@@ -534,8 +552,13 @@ class Gateway:
         if last is None:
             return False
         content = last.get("content")
-        text = content if isinstance(content, str) else json.dumps(content)
-        return bool(self.summary_re.search(text or ""))
+        text = (content if isinstance(content, str) else json.dumps(content)) or ""
+        memo = session.summary_memo
+        if memo is not None and memo[0] == text:
+            return memo[1]
+        found = bool(self.summary_re.search(text))
+        session.summary_memo = (text, found)
+        return found
 
     def _upstream(self, path: str) -> str:
         return with_path(self.config.upstream, lambda base: base.rstrip("/") + path)
@@ -737,6 +760,18 @@ def event_loop_factory():
     except ImportError:
         return None
     return uvloop.new_event_loop
+
+
+async def _read_body(request: web.Request, timeout_s: float) -> bytes | None:
+    """The request's body, or None when it did not arrive within ``timeout_s`` (a trickling
+    body is dropped: 3,000 such connections were held for 90 s). A body already received
+    whole (most calls) is read without the timer (``wait_for`` makes a task per call)."""
+    if request.content.is_eof():
+        return await request.read()
+    try:
+        return await asyncio.wait_for(request.read(), timeout_s)
+    except TimeoutError:
+        return None
 
 
 def _check_depth(body: dict, raw: bytes, session: Session) -> None:

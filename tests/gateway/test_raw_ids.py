@@ -152,3 +152,44 @@ def test_a_known_prefix_ends_at_a_whole_id():
     split = split_prompt_ids(b'{"prompt_token_ids":[12,345,6]}', RawIds(b"12,3", 2))
     assert split is not None and split[1].count == 3
     assert split[1].to_list() == [12, 345, 6]
+
+
+small_ids = st.lists(st.one_of(st.integers(0, 12), st.integers(0, 200_000)), max_size=12)
+
+
+@settings(max_examples=examples(100, 500), deadline=None)
+@given(
+    prompt=small_ids,
+    output=small_ids,
+    keep=st.integers(0, 12),
+    change=st.one_of(st.none(), st.tuples(st.integers(0, 11), st.integers(0, 200_000))),
+    extra=small_ids,
+)
+def test_the_output_ids_are_matched_as_the_id_by_id_loop_matches_them(
+    prompt, output, keep, change, extra
+):
+    """``_output_kept`` (one byte comparison and a binary search) counts the same output
+    ids, ending at the same byte, as comparing them one by one: on a prompt that renders
+    back any part of the output, with one id changed (a shorter or longer spelling) or not."""
+    rendered = output[:keep]
+    if change is not None and rendered:
+        rendered[change[0] % len(rendered)] = change[1]
+    a = RawIds.of(prompt + rendered + extra).body
+    at = len(RawIds.of(prompt).body)
+    lead = bool(prompt)
+    got = raw_ids._output_kept(a, at, lead, output)
+    assert got == raw_ids._output_kept_each(a, at, lead, output)
+    assert got[0] == next(
+        (i for i, (x, y) in enumerate(zip(rendered + extra, output)) if x != y),
+        min(len(rendered + extra), len(output)),
+    )
+
+
+def test_an_output_not_all_ints_is_matched_id_by_id():
+    """Ids that are not non-negative ints (never from a real engine) go the slow way and
+    count as they always did."""
+    a = RawIds.of([1, 2, 3]).body
+    for output in ([2, "x"], [2, -3], [2, 2**70], [2.0]):
+        assert raw_ids._output_kept(a, 1, True, output) == raw_ids._output_kept_each(
+            a, 1, True, output
+        )

@@ -1,0 +1,59 @@
+"""The gateway's per-call shortcuts (issue 26, item 4: CPU per call) give what the work
+they skip gives: the summary-prompt search remembered for the same text only, the Host
+check remembered per value (and bounded)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("aiohttp")
+
+from pipeline.gateway.recorder import Recorder
+from pipeline.gateway.server import Gateway, GatewayConfig, Session
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    recorder = Recorder(tmp_path / "out", {"upstream": "test"})
+    yield Gateway(GatewayConfig(upstream="http://127.0.0.1:9/v1"), recorder)
+    recorder.close()
+
+
+def _body(*users: str) -> dict:
+    messages: list[dict] = [{"role": "system", "content": "s"}]
+    for text in users:
+        messages += [{"role": "user", "content": text}, {"role": "assistant", "content": "a"}]
+    return {"model": "m", "messages": messages[:-1]}
+
+
+def test_the_summary_search_is_remembered_for_the_same_text_only(gateway):
+    searched: list[str] = []
+    real = gateway.summary_re
+
+    class Counting:
+        def search(self, text):
+            searched.append(text)
+            return real.search(text)
+
+    gateway.summary_re = Counting()
+    session = Session("r", "t")
+    prompt = "Now create a detailed summary of the conversation so far."
+    verdicts = [
+        gateway._is_summary_request(_body(*users), session)
+        for users in (["fix it"], ["fix it"], ["fix it", prompt], ["fix it", prompt], ["go on"])
+    ]
+    assert verdicts == [False, False, True, True, False]
+    assert searched == ["fix it", prompt, "go on"]  # a repeated last user message: no search
+    # Another session's memo is its own
+    assert gateway._is_summary_request(_body(prompt), Session("r2", "t")) is True
+
+
+def test_the_host_check_is_remembered_per_value_and_bounded(gateway):
+    assert gateway._host_allowed("127.0.0.1:8788") is True
+    assert gateway._host_allowed("evil.example") is False
+    assert gateway._host_allowed("evil.example") is False
+    assert gateway._host_allowed(None) is False
+    for i in range(200):
+        assert gateway._host_allowed(f"h{i}.example") is False
+        assert len(gateway._hosts_seen) <= 64
+    assert gateway._host_allowed("localhost:1") is True
