@@ -36,6 +36,7 @@ import fcntl
 import json
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -244,6 +245,7 @@ class Recorder:
         }
         self._manifest_lock = threading.Lock()  # calls of several sessions finish at once
         self._manifest_written = 0.0
+        self._manifest_pending: asyncio.Future | None = None  # a rewrite in its thread
         self._locks: dict[str, asyncio.Lock] = {}
         self._logs: dict[str, Path] = {}  # rollout id -> its call log
         self._side_lock = asyncio.Lock()
@@ -257,6 +259,8 @@ class Recorder:
 
     async def drain(self) -> None:
         """Make every written line durable now (the gateway is stopping)."""
+        if self._manifest_pending is not None:
+            await asyncio.wait([self._manifest_pending])
         await self.syncer.drain()
 
     def write_manifest(self) -> None:
@@ -298,9 +302,19 @@ class Recorder:
         self.manifest["calls_with_token_ids"] += int(token_ids)
         # Kept current within a second (not fsync'd: the call logs are the truth, this is
         # their summary; rewriting it on every call would cost more than the call's line).
-        if time.monotonic() - self._manifest_written > 1.0:
+        # Written by a thread the call does not wait for: the answer is not held up by it,
+        # and a failure to write the summary does not fail a call already recorded.
+        if time.monotonic() - self._manifest_written > 1.0 and self._manifest_pending is None:
             self._manifest_written = time.monotonic()
-            await asyncio.to_thread(self.write_manifest)
+            pending = asyncio.get_running_loop().run_in_executor(None, self.write_manifest)
+            self._manifest_pending = pending
+            pending.add_done_callback(self._manifest_done)
+
+    def _manifest_done(self, pending: asyncio.Future) -> None:
+        self._manifest_pending = None
+        if not pending.cancelled() and pending.exception() is not None:
+            exc = pending.exception()
+            print(f"seam gateway: gateway.json not updated: {exc}", file=sys.stderr)
 
     async def record_reward(self, row: dict) -> dict | None:
         """Record ``row`` unless its rollout already has an outcome: returns that earlier

@@ -478,6 +478,9 @@ class Gateway:
             await self.recorder.record_side("corrections.jsonl", correction)
         if delivered:
             session.since_full = 0 if stored is record else session.since_full + 1
+            # The previous base (a whole parsed request and answer: ~1,200 objects at a
+            # 400-message history) is freed after the answer is written, not before.
+            _free_later(session.base)
             session.base, session.base_call = record, number
             if self.judge is not None:
                 session.calls.append((number, record, ""))
@@ -794,6 +797,18 @@ def _check_depth(body: dict, raw: bytes, session: Session) -> None:
         session.same_prefix = None
     if isinstance(history, list):
         session.checked = history
+
+
+def _free_later(value: Any) -> None:
+    """Drop ``value`` on the event loop's next turn: the handler that runs now returns its
+    answer and aiohttp writes it to the socket in the same turn, so freeing a large object
+    (the session's previous record) no longer delays the answer."""
+    if value is not None:
+        asyncio.get_running_loop().call_soon(_drop, value)
+
+
+def _drop(value: Any) -> None:
+    """Nothing: the loop's handle held ``value`` until now."""
 
 
 def _known_prompt(base: dict | None) -> raw_ids.RawIds | None:

@@ -57,3 +57,28 @@ def test_the_host_check_is_remembered_per_value_and_bounded(gateway):
         assert gateway._host_allowed(f"h{i}.example") is False
         assert len(gateway._hosts_seen) <= 64
     assert gateway._host_allowed("localhost:1") is True
+
+
+def test_a_failed_summary_rewrite_does_not_fail_the_call(tmp_path, capfd):
+    """gateway.json is rewritten by a thread the call does not wait for: a failure there
+    (a full disk) is said on stderr, and the call, already written, is not failed."""
+    import asyncio
+
+    recorder = Recorder(tmp_path / "out", {"upstream": "test"})
+
+    def failing() -> None:
+        raise OSError(28, "No space left on device")
+
+    recorder.write_manifest = failing  # type: ignore[method-assign]
+    record = {"session_id": "r", "task_id": "t", "request": {}, "response": {}, "seam": {}}
+
+    async def calls() -> None:
+        for _ in range(2):
+            await recorder.record_call("r", record, False)
+        await recorder.drain()
+
+    asyncio.run(calls())
+    assert len((tmp_path / "out" / "calls" / "r.jsonl").read_bytes().splitlines()) == 2
+    assert "gateway.json not updated" in capfd.readouterr().err
+    del recorder.write_manifest
+    recorder.close()
