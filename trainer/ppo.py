@@ -41,7 +41,7 @@ import torch
 from trainer import distributed
 from trainer.batching import MicroBatch, TrainingSegment, pack, pack_row
 from trainer.flops import ModelShape
-from trainer.gae import DEFAULT_ALPHA, LAMBDA_RULES, cross_trajectory_gae, segment_lambda
+from trainer.gae import cross_trajectory_gae, segment_lambda
 from trainer.losses import approx_kl, clipped_surrogate, clipped_value_loss, token_level
 from trainer.models import (
     CausalLM,
@@ -50,47 +50,7 @@ from trainer.models import (
     copy_tokenizer,
     enable_activation_checkpointing,
 )
-
-
-@dataclass(frozen=True)
-class PPOConfig:
-    policy_lr: float = 2e-6
-    critic_lr: float = 3e-6
-    weight_decay: float = 0.0
-    clip_eps: float = 0.2
-    value_clip: float = 0.2
-    policy_updates: int = 1  # passes over the step's batch (PPO epochs)
-    critic_updates: int = 2  # critic optimizer steps per policy update
-    critic_warmup_steps: int = 0
-    gamma: float = 1.0
-    lam: float | None = None  # None: length-adaptive λ = 1 - 1/(α·l), l chosen by lambda_rule
-    lambda_rule: str = "rollout"  # l = the rollout's trainable tokens, or "segment": l = n_s
-    alpha: float = DEFAULT_ALPHA
-    max_grad_norm: float = 1.0
-    micro_batch_tokens: int = 4096
-    recompute_old_logprobs: bool = (
-        False  # ignore the shard's logprobs (e.g. a model that did not sample them)
-    )
-    bf16: bool = False
-    activation_checkpointing: bool = False
-
-    def __post_init__(self):
-        problems = [
-            (self.policy_updates < 1, "policy_updates must be at least 1"),
-            (self.critic_updates < 0, "critic_updates must be 0 or more"),
-            (self.micro_batch_tokens < 1, "micro_batch_tokens must be positive"),
-            (not 0 < self.clip_eps < 1, "clip_eps must lie in (0, 1)"),
-            (self.lam is not None and not 0 <= self.lam <= 1, "lam must lie in [0, 1]"),
-            (not 0 < self.gamma <= 1, "gamma must lie in (0, 1]"),
-            (self.alpha <= 0, "alpha must be positive"),
-            (
-                self.lambda_rule not in LAMBDA_RULES,
-                f"lambda_rule must be one of {', '.join(LAMBDA_RULES)}",
-            ),
-        ]
-        for broken, message in problems:
-            if broken:
-                raise ValueError(message)
+from trainer.ppo_config import PPOConfig  # the hyperparameters, with their flags
 
 
 @dataclass

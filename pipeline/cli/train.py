@@ -120,6 +120,7 @@ def run_train_step(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
     from rich.table import Table
 
+    from pipeline.common.options import config_from_args
     from trainer import distributed
     from trainer.loop import Checkpointing, PlanOptions, RunError, run
     from trainer.models import Critic, load_policy
@@ -131,24 +132,8 @@ def run_train_step(args) -> int:
         raise UsageError("--device cuda: no CUDA device is visible to torch")
     dtype = args.dtype or ("bf16" if device.type == "cuda" else "fp32")
     try:
-        config = PPOConfig(
-            policy_lr=args.policy_lr,
-            critic_lr=args.critic_lr,
-            clip_eps=args.clip_eps,
-            value_clip=args.value_clip,
-            policy_updates=args.policy_updates,
-            critic_updates=args.critic_updates,
-            critic_warmup_steps=args.critic_warmup_steps,
-            gamma=args.gamma,
-            lam=args.lam,
-            lambda_rule=args.lambda_rule,
-            alpha=args.alpha,
-            max_grad_norm=args.max_grad_norm,
-            micro_batch_tokens=args.micro_batch_tokens,
-            recompute_old_logprobs=args.recompute_old_logprobs,
-            bf16=dtype == "bf16",
-            activation_checkpointing=args.activation_checkpointing,
-        )
+        # Every hyperparameter from its flag (trainer/ppo_config.py); bf16 from --dtype.
+        config = config_from_args(PPOConfig, args, bf16=dtype == "bf16")
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     try:
@@ -316,74 +301,10 @@ def register(sub) -> None:
         help="Shuffle whole rollouts, a new permutation per pass over the data, from this seed "
         "(default: shard order).",
     )
-    p.add_argument(
-        "--micro-batch-tokens",
-        type=int,
-        default=4096,
-        help="Token budget of one packed micro-batch (default 4096).",
-    )
-    p.add_argument(
-        "--policy-lr",
-        type=float,
-        default=2e-6,
-        help="AdamW learning rate of the policy (default 2e-6).",
-    )
-    p.add_argument(
-        "--critic-lr",
-        type=float,
-        default=3e-6,
-        help="AdamW learning rate of the critic (default 3e-6).",
-    )
-    p.add_argument(
-        "--policy-updates",
-        type=int,
-        default=1,
-        help="Policy updates (PPO epochs) per step (default 1).",
-    )
-    p.add_argument(
-        "--critic-updates",
-        type=int,
-        default=2,
-        help="Critic updates per policy update (default 2).",
-    )
-    p.add_argument(
-        "--critic-warmup-steps",
-        type=int,
-        default=0,
-        help="First steps that train only the critic (default 0).",
-    )
-    p.add_argument("--clip-eps", type=float, default=0.2, help="PPO ratio clip ε (default 0.2).")
-    p.add_argument(
-        "--value-clip",
-        type=float,
-        default=0.2,
-        help="Value clip around the old values (default 0.2).",
-    )
-    p.add_argument("--gamma", type=float, default=1.0, help="Discount γ (default 1.0).")
-    p.add_argument(
-        "--lam",
-        type=float,
-        help="Fixed GAE λ (default: length-adaptive λ = 1 - 1/(α·l), l chosen by --lambda-rule).",
-    )
-    p.add_argument(
-        "--lambda-rule",
-        choices=["rollout", "segment"],
-        default="rollout",
-        help="l of the adaptive λ: rollout (default) = the rollout's trainable tokens, one λ for "
-        "all its segments (credit never decreases toward the outcome); segment = the segment's "
-        "n_s (CompactionRL's per-segment rule, can starve early segments).",
-    )
-    p.add_argument(
-        "--alpha", type=float, default=1.5, help="α of the length-adaptive λ (default 1.5)."
-    )
-    p.add_argument(
-        "--max-grad-norm", type=float, default=1.0, help="Global gradient-norm clip (default 1.0)."
-    )
-    p.add_argument(
-        "--recompute-old-logprobs",
-        action="store_true",
-        help="Take old log-probs from the policy even where the shard logged them.",
-    )
+    from pipeline.common.options import add_options
+    from trainer.ppo_config import PPOConfig
+
+    add_options(p, PPOConfig)  # the PPO hyperparameters, one definition with their defaults
     p.add_argument(
         "--peak-tflops",
         type=float,
@@ -395,11 +316,6 @@ def register(sub) -> None:
         choices=["fp32", "bf16"],
         help="Compute dtype (default: bf16 on cuda, fp32 on cpu). bf16: autocast over fp32 "
         "master weights; under torchrun also bf16 parameters with fp32 gradient reduction.",
-    )
-    p.add_argument(
-        "--activation-checkpointing",
-        action="store_true",
-        help="Recompute each decoder layer's activations in the backward (less memory, ~1/3 more compute).",
     )
     p.add_argument(
         "--metrics", help="Append one JSON object per step to this file (JSONL; rank 0)."

@@ -36,6 +36,7 @@ from pipeline.sft.synthesize import load_prompt
 from pipeline.sources.input_config import InputConfig
 from pipeline.sources.limits import Limits
 from tests.cli.parsers import all_parsers
+from trainer.ppo_config import PPOConfig
 
 COMMANDS = (
     "build-rl",
@@ -48,6 +49,7 @@ COMMANDS = (
     "report",
     "show",
     "simulate",
+    "train-step",
 )
 # Flag names that several commands take for what is, per command, a different thing (an
 # output file or a directory, a port, a seed) or, for --verify, one definition whose
@@ -213,6 +215,7 @@ def _flag_fields() -> list[dataclasses.Field]:
         SftOptions,
         ClientConfig,
         LlmJudgeOptions,
+        PPOConfig,
     ):
         for f in options.flagged_fields(config):
             seen.setdefault(f.name, f)
@@ -251,6 +254,8 @@ def test_a_shared_flag_has_one_default_and_one_help_in_every_command(field, pars
     for command, parser in parsers.items():
         for action in parser._actions:
             if spec.flag in action.option_strings and action.help != argparse.SUPPRESS:
+                if spec.flag in PER_COMMAND and action.help != options.help_text(field):
+                    continue  # another command's own flag of that name (PER_COMMAND: why)
                 taken_by.append(command)
                 assert action.default == options.flag_default(field), (command, spec.flag)
                 assert action.help == options.help_text(field), (command, spec.flag)
@@ -520,6 +525,41 @@ def test_a_bad_llm_judge_option_is_one_line(flags, line, tmp_path, capsys):
     argv = ["judge", str(inputs), "--llm", "http://127.0.0.1:9/v1", *model, *flags]
     assert main([*argv, "--out", str(tmp_path / "f.jsonl")]) == 2
     assert capsys.readouterr().err == f"seam judge: error: {line}\n"
+
+
+def test_the_ppo_defaults_are_the_ones_of_before():
+    """train-step's flags had these defaults, copied by hand into PPOConfig's: now one."""
+    args = build_parser().parse_args(["train-step", "b", "--model", "m"])
+    assert options.config_from_args(PPOConfig, args) == PPOConfig(
+        policy_lr=2e-6,
+        critic_lr=3e-6,
+        weight_decay=0.0,
+        clip_eps=0.2,
+        value_clip=0.2,
+        policy_updates=1,
+        critic_updates=2,
+        critic_warmup_steps=0,
+        gamma=1.0,
+        lam=None,
+        lambda_rule="rollout",
+        alpha=1.5,
+        max_grad_norm=1.0,
+        micro_batch_tokens=4096,
+        recompute_old_logprobs=False,
+        bf16=False,
+        activation_checkpointing=False,
+    )
+
+
+@pytest.mark.parametrize("field", list(options.flagged_fields(PPOConfig)), ids=lambda f: f.name)
+def test_every_ppo_flag_sets_its_field(field):
+    """Every hyperparameter flag reaches the trainer's config (nothing copied by hand)."""
+    spec = options.option_of(field)
+    value = {int: ["3"], float: ["0.5"]}.get(spec.type, []) if not spec.choices else []
+    flag = _argv_setting(field) if not value else [spec.flag, *value]
+    args = build_parser().parse_args(["train-step", "b", "--model", "m", *flag])
+    config = options.config_from_args(PPOConfig, args)
+    assert getattr(config, field.name) != getattr(PPOConfig(), field.name)
 
 
 def test_the_worker_config_takes_the_build_config_fields_by_name():
