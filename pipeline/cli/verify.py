@@ -13,15 +13,17 @@ def audit_build(
     tokenizer: str | None = None,
     per_rollout: bool = False,
     progress: bool = False,
+    workers: int | None = None,
 ) -> int:
     """Run the audit, print its counts, record them in ``manifest.json`` (key ``verify``);
-    exit code 1 on any mismatch, each mismatch printed with its shard, row and rollout."""
+    exit code 1 on any mismatch, each mismatch printed with its shard, row and rollout.
+    ``workers``: the processes that check the rollouts (default: every core)."""
     from rich.table import Table
 
     from pipeline.common.atomic import write_json
     from pipeline.inspect.verify import verify_build
 
-    result = verify_build(out, mode, tokenizer, progress)
+    result = verify_build(out, mode, tokenizer, progress, workers)
     if mode == "none":
         return 0
     manifest_path = Path(out) / "manifest.json"

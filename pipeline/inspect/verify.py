@@ -44,16 +44,19 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.build.forked import can_fork, forked_map
 from pipeline.build.manifest import InputRecord, Manifest, build_tokenizer
 from pipeline.build.progress import counted
 from pipeline.build.steps import (
@@ -82,6 +85,10 @@ SAMPLE_FRACTION = 1 / 50  # and this fraction of a larger one
 # evenly, first and last included): rendering every call's context costs O(calls²) per
 # segment, so a 10 k-call segment would cost ~500× a 1 k-call one instead of 10×.
 SAMPLE_CONTEXTS_PER_ROW = 32
+# Fewer call spans than this are checked in this process: forking the checkers costs
+# ~0.1 s, about what checking 100 spans costs (~1 ms a span, most of it rendering the
+# sampled contexts in full).
+PARALLEL_MIN_SPANS = 200
 ROW_COLUMNS = [
     "rollout_id",
     "source",
@@ -159,10 +166,16 @@ class _Options:
 
 
 def verify_build(
-    build_dir: str | Path, mode: str = "all", tokenizer: str | None = None, progress: bool = False
+    build_dir: str | Path,
+    mode: str = "all",
+    tokenizer: str | None = None,
+    progress: bool = False,
+    workers: int | None = None,
 ) -> VerifyResult:
     """Check the rows of ``build_dir`` (every rollout, a sample, or none) against its inputs;
-    ``progress`` shows a bar over the rollouts checked (on stderr)."""
+    ``progress`` shows a bar over the rollouts checked (on stderr). The rollouts are
+    checked on ``workers`` processes (default: every core this process may use; 1: in
+    this process); the result is the same either way."""
     if mode not in MODES:
         raise VerifyError(f"--verify must be one of {', '.join(MODES)}, not {mode!r}")
     out = Path(build_dir)
@@ -208,37 +221,22 @@ def verify_build(
     result.quarantined = sink.entries()
     result.mismatches.extend(built.missing(result.quarantined, manifest))
     with_rows: Counter = Counter()  # per id, the rollouts of that id that have rows
-    rows = _row_groups(shards, shard_ids, wanted)
-    for group in counted(rows, progress, len(wanted), f"verifying ({mode})"):
+    checks: list[_Check] = []
+    for group in _row_groups(shards, shard_ids, wanted):
         rollout_id = group[0][2]["rollout_id"]
         with_rows[rollout_id] += 1
         candidates = rollouts.get(rollout_id, [])
-        source = group[0][2]["source"]
+        # Duplicate ids: the k-th group of rows of an id is the k-th accepted rollout. As
+        # the build's stage turned it into rows (the SFT stage trims a dangling call and
+        # may synthesize summary calls).
+        checks.append(_Check(group, stage.as_built(candidates.pop(0)) if candidates else None))
+    found = _run_checks(checks, renderer, options, workers, progress, mode)
+    for check, mismatches in zip(checks, found):
+        group = check.group
+        rollout_id, source = group[0][2]["rollout_id"], group[0][2]["source"]
         counts: Counter = Counter()  # this group's (an id may name two rollouts)
-        if not candidates:
-            result.mismatches.append(
-                Mismatch(
-                    group[0][0],
-                    group[0][1],
-                    rollout_id,
-                    None,
-                    "no rollout with this id in the inputs",
-                )
-            )
-            counts["mismatches"] += 1
-        else:
-            # Duplicate ids: the k-th group of rows of an id is the k-th accepted rollout.
-            # As the build's stage turned it into rows (the SFT stage trims a dangling
-            # call and may synthesize summary calls).
-            rollout = stage.as_built(candidates.pop(0))
-            try:
-                found = _RolloutCheck(rollout, renderer, options).run(group)
-            except TemplateError as exc:  # the build rendered it, so this is a mismatch too
-                found = [
-                    Mismatch(group[0][0], group[0][1], rollout_id, None, f"cannot render: {exc}")
-                ]
-            result.mismatches.extend(found)
-            counts["mismatches"] += len(found)
+        result.mismatches.extend(mismatches)
+        counts["mismatches"] += len(mismatches)
         counts["rows"] += len(group)
         counts["spans"] += sum(len(r["call_spans"]) for _, _, r in group)
         counts["trained_tokens"] += sum(int(r["num_trainable_tokens"]) for _, _, r in group)
@@ -248,6 +246,64 @@ def verify_build(
     if mode == "all":
         result.mismatches.extend(_unaccounted(out, manifest, positions, with_rows))
     return result
+
+
+@dataclass(frozen=True)
+class _Check:
+    """One rollout's rows (``_row_groups``'s group) and the rollout as the build's stage
+    turned it into rows (None: no rollout of that id was read)."""
+
+    group: list[tuple]
+    rollout: Rollout | None
+
+    @property
+    def spans(self) -> int:
+        return sum(len(r["call_spans"]) for _, _, r in self.group)
+
+
+def _run_checks(
+    checks: list[_Check],
+    renderer: ChatRenderer,
+    options: _Options,
+    workers: int | None,
+    progress: bool,
+    mode: str,
+) -> list[list[Mismatch]]:
+    """Each check's mismatches, in the checks' order. On ``workers`` processes forked
+    from this one (``pipeline/build/forked.py``: they inherit the rows, the rollouts and
+    the loaded tokenizer) when there is enough to check; else here."""
+    workers = available_cores() if workers is None else workers
+    run = partial(_check_rollout, renderer=renderer, options=options)
+    label = f"verifying ({mode})"
+    spans = [c.spans for c in checks]
+    if workers < 2 or len(checks) < 2 or sum(spans) < PARALLEL_MIN_SPANS or not can_fork():
+        return list(counted(map(run, checks), progress, len(checks), label))
+    found: list[list[Mismatch]] = [[] for _ in checks]
+    longest_first = sorted(range(len(checks)), key=lambda i: -spans[i])
+    done = forked_map(run, checks, workers, first=longest_first)
+    for i, mismatches in counted(done, progress, len(checks), label):
+        found[i] = mismatches
+    return found
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity mask where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _check_rollout(check: _Check, renderer: ChatRenderer, options: _Options) -> list[Mismatch]:
+    """The mismatches of one rollout's rows (``_RolloutCheck``)."""
+    shard, row, first = check.group[0]
+    if check.rollout is None:
+        return [
+            Mismatch(shard, row, first["rollout_id"], None, "no rollout with this id in the inputs")
+        ]
+    try:
+        return _RolloutCheck(check.rollout, renderer, options).run(check.group)
+    except TemplateError as exc:  # the build rendered it, so this is a mismatch too
+        return [Mismatch(shard, row, first["rollout_id"], None, f"cannot render: {exc}")]
 
 
 def _unaccounted(
