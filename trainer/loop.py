@@ -21,15 +21,8 @@ from pathlib import Path
 from trainer import checkpoint, distributed
 from trainer.batching import plan_steps
 from trainer.ppo import PPOTrainer, StepMetrics
+from trainer.ppo_config import PlanOptions  # the run's plan, with its flags
 from trainer.streaming import ShardIndex, read_rows, split_step
-
-
-@dataclass(frozen=True)
-class PlanOptions:
-    rollouts_per_step: int
-    steps: int  # total steps of the run, counted from its first step
-    max_step_tokens: int | None = None
-    shuffle_seed: int | None = None
 
 
 @dataclass(frozen=True)

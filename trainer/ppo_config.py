@@ -1,7 +1,8 @@
-"""The PPO step's hyperparameters (``trainer/ppo.py``), each field with its ``seam
-train-step`` flag (``pipeline/common/options.py``): the defaults written here are the
-ones the command line shows and the trainer uses. A module of its own that imports no
-torch, so ``seam --help`` lists the flags without the ``train`` extra."""
+"""The PPO step's hyperparameters (``PPOConfig``, ``trainer/ppo.py``) and the run's plan
+(``PlanOptions``, ``trainer/loop.py``), each field with its ``seam train-step`` flag
+(``pipeline/common/options.py``): the defaults written here are the ones the command
+line shows and the trainer uses. A module of its own that imports no torch, so ``seam
+--help`` lists the flags without the ``train`` extra."""
 
 from __future__ import annotations
 
@@ -116,3 +117,37 @@ class PPOConfig:
         for broken, message in problems:
             if broken:
                 raise ValueError(message)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Which rows each step of a run trains on (``trainer.batching.plan_steps``)."""
+
+    rollouts_per_step: int = option(
+        8,
+        **_number(
+            "--rollouts-per-step",
+            int,
+            "Rollouts (all their segments) per step (default {default}).",
+        ),
+    )
+    steps: int = option(  # total steps of the run, counted from its first step
+        1, **_number("--steps", int, "PPO steps to run (default {default}).")
+    )
+    max_step_tokens: int | None = option(
+        None,
+        **_number(
+            "--max-step-tokens",
+            int,
+            "Cap a step's tokens; the rest of a rollout moves to the next step (default: no cap).",
+        ),
+    )
+    shuffle_seed: int | None = option(
+        None,
+        **_number(
+            "--shuffle-seed",
+            int,
+            "Shuffle whole rollouts, a new permutation per pass over the data, from this seed "
+            "(default: shard order).",
+        ),
+    )

@@ -210,9 +210,7 @@ def run_train_step(args) -> int:
             history = run(
                 trainer,
                 index,
-                PlanOptions(
-                    args.rollouts_per_step, args.steps, args.max_step_tokens, args.shuffle_seed
-                ),
+                config_from_args(PlanOptions, args),
                 rank,
                 world,
                 checkpoints=checkpoints,
@@ -275,7 +273,6 @@ def register(sub) -> None:
         "--critic",
         help="Critic directory: a saved critic, or a causal LM to start one from (default: --model).",
     )
-    p.add_argument("--steps", type=int, default=1, help="PPO steps to run (default 1).")
     p.add_argument(
         "--device",
         choices=["cpu", "cuda"],
@@ -284,27 +281,11 @@ def register(sub) -> None:
     p.add_argument(
         "--save", help="Write the updated policy and critic to DIR/policy and DIR/critic."
     )
-    p.add_argument(
-        "--rollouts-per-step",
-        type=int,
-        default=8,
-        help="Rollouts (all their segments) per step (default 8).",
-    )
-    p.add_argument(
-        "--max-step-tokens",
-        type=int,
-        help="Cap a step's tokens; the rest of a rollout moves to the next step (default: no cap).",
-    )
-    p.add_argument(
-        "--shuffle-seed",
-        type=int,
-        help="Shuffle whole rollouts, a new permutation per pass over the data, from this seed "
-        "(default: shard order).",
-    )
     from pipeline.common.options import add_options
-    from trainer.ppo_config import PPOConfig
+    from trainer.ppo_config import PlanOptions, PPOConfig
 
-    add_options(p, PPOConfig)  # the PPO hyperparameters, one definition with their defaults
+    add_options(p, PlanOptions)  # the run's plan and the PPO hyperparameters: one
+    add_options(p, PPOConfig)  # definition each, with the trainer's defaults
     p.add_argument(
         "--peak-tflops",
         type=float,
@@ -340,7 +321,9 @@ def register(sub) -> None:
         "in Hugging Face format.",
     )
     p.add_argument("--out", help="Output directory of --export-hf.")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="Seed of torch's random generators (default 0)."
+    )
     p.set_defaults(func=run_train_step)
 
     t = sub.add_parser(
@@ -356,5 +339,7 @@ def register(sub) -> None:
         default="tiny",
         help="Model shape (default tiny: 2 layers, hidden 64).",
     )
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument(
+        "--seed", type=int, default=0, help="Seed of the random initialisation (default 0)."
+    )
     t.set_defaults(func=run_make_tiny_model)

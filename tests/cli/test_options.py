@@ -36,7 +36,7 @@ from pipeline.sft.synthesize import load_prompt
 from pipeline.sources.input_config import InputConfig
 from pipeline.sources.limits import Limits
 from tests.cli.parsers import all_parsers
-from trainer.ppo_config import PPOConfig
+from trainer.ppo_config import PlanOptions, PPOConfig
 
 COMMANDS = (
     "build-rl",
@@ -216,6 +216,7 @@ def _flag_fields() -> list[dataclasses.Field]:
         ClientConfig,
         LlmJudgeOptions,
         PPOConfig,
+        PlanOptions,
     ):
         for f in options.flagged_fields(config):
             seen.setdefault(f.name, f)
@@ -549,17 +550,24 @@ def test_the_ppo_defaults_are_the_ones_of_before():
         bf16=False,
         activation_checkpointing=False,
     )
+    assert options.config_from_args(PlanOptions, args) == PlanOptions(
+        rollouts_per_step=8, steps=1, max_step_tokens=None, shuffle_seed=None
+    )
 
 
-@pytest.mark.parametrize("field", list(options.flagged_fields(PPOConfig)), ids=lambda f: f.name)
-def test_every_ppo_flag_sets_its_field(field):
-    """Every hyperparameter flag reaches the trainer's config (nothing copied by hand)."""
+@pytest.mark.parametrize(
+    "config_class, field",
+    [(c, f) for c in (PPOConfig, PlanOptions) for f in options.flagged_fields(c)],
+    ids=lambda x: getattr(x, "name", getattr(x, "__name__", "")),
+)
+def test_every_ppo_flag_sets_its_field(config_class, field):
+    """Every hyperparameter and plan flag reaches the trainer (nothing copied by hand)."""
     spec = options.option_of(field)
     value = {int: ["3"], float: ["0.5"]}.get(spec.type, []) if not spec.choices else []
     flag = _argv_setting(field) if not value else [spec.flag, *value]
     args = build_parser().parse_args(["train-step", "b", "--model", "m", *flag])
-    config = options.config_from_args(PPOConfig, args)
-    assert getattr(config, field.name) != getattr(PPOConfig(), field.name)
+    config = options.config_from_args(config_class, args)
+    assert getattr(config, field.name) != getattr(config_class(), field.name)
 
 
 def test_the_worker_config_takes_the_build_config_fields_by_name():
