@@ -117,6 +117,13 @@ def register(sub) -> None:
         help="Total seconds one engine call may take (default 600).",
     )
     p.add_argument(
+        "--upstream-connect-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="Seconds to open a connection to the engine, TLS included (default 30).",
+    )
+    p.add_argument(
         "--api-key-env",
         metavar="NAME",
         help="Environment variable holding the engine's API key (sent as a bearer token).",
@@ -186,11 +193,14 @@ def run(args) -> int:
         raise UsageError("--full-every must be 1 or more and --client-timeout positive")
     if args.upstream_connections < 0 or args.max_response_mb <= 0:
         raise UsageError("--upstream-connections must be 0 or more and --max-response-mb positive")
+    if args.upstream_timeout <= 0 or args.upstream_connect_timeout <= 0:
+        raise UsageError("--upstream-timeout and --upstream-connect-timeout must be positive")
     config = GatewayConfig(
         upstream=args.upstream,
         token_ids=args.token_ids,
         upstream_timeout_s=args.upstream_timeout,
         upstream_connections=args.upstream_connections,
+        upstream_connect_timeout_s=args.upstream_connect_timeout,
         max_response_bytes=int(args.max_response_mb * (1 << 20)),
         summary_prompts=tuple(args.summary_prompt or DEFAULT_SUMMARY_PROMPTS),
         api_key=api_key,
@@ -210,7 +220,11 @@ def run(args) -> int:
         },
         durability=args.durability,
     )
-    gateway = Gateway(config, recorder, judge_factory)
+    try:
+        gateway = Gateway(config, recorder, judge_factory)
+    except ValueError as exc:  # e.g. a key from the URL that holds a line break
+        recorder.close()
+        raise UsageError(f"--upstream {upstream!r}: {exc}") from None
     try:
         # uvloop when installed (less CPU per call); asyncio's own loop otherwise
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:

@@ -53,6 +53,7 @@ from pipeline.gateway.dialects import (
 )
 from pipeline.gateway.judging import JudgeFailed, LoopJudge
 from pipeline.gateway.recorder import Recorder, check_id
+from pipeline.gateway.upstream import Response, Upstream, UpstreamError
 from pipeline.readers import call_delta, raw_ids
 from pipeline.readers.call_delta import FULL_EVERY
 from pipeline.sources.limits import check_depth
@@ -189,6 +190,16 @@ class Gateway:
             config.listen_host not in http_guard.WILDCARD_HOSTS or config.allow_hosts
         )
         self._hosts_seen: dict[str | None, bool] = {}
+        # The chat calls go through seam's own client (pipeline/gateway/upstream.py: aiohttp's
+        # cost ~0.5 ms of CPU per call more); /v1/models and an HTTP judge use aiohttp's.
+        self.upstream = Upstream(
+            self.endpoint.url,
+            self.endpoint.headers,
+            connections=config.upstream_connections,
+            connect_timeout=config.upstream_connect_timeout_s,
+            timeout=config.upstream_timeout_s,
+            max_body=config.max_response_bytes,
+        )
         self.client: aiohttp.ClientSession | None = None
         self.stats = stats if stats is not None else {"calls": 0, "corrected": 0, "errors": 0}
 
@@ -263,6 +274,7 @@ class Gateway:
             self.judge = self.judge_factory(self.client)
 
     async def _stop(self, app: web.Application) -> None:
+        await self.upstream.close()
         if self.client is not None:
             await self.client.close()
         await self.recorder.drain()
@@ -577,46 +589,22 @@ class Gateway:
         return data if cleaned == text else cleaned.encode()
 
     async def _post(self, payload: bytes) -> tuple[int, bytes]:
-        """One POST of a chat call: (status, body). An engine that closed a kept-alive
-        connection without saying so makes the next call on it fail before any answer
-        (ServerDisconnectedError, or a reset: ClientOSError); that is retried once on a
-        fresh connection (3% of calls were 502s). The answer is read up to ``max_response_bytes``."""
-        assert self.client is not None
-        for attempt in (0, 1):
-            try:
-                async with self.client.post(
-                    self._upstream("/chat/completions"),
-                    data=payload,
-                    headers={"Content-Type": "application/json", **self._auth()},
-                ) as resp:
-                    return resp.status, await _read_capped(resp, self.config.max_response_bytes)
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                if attempt:  # a reset or close before any answer: once more, fresh
-                    raise
-        raise AssertionError("unreachable")
+        """One POST of a chat call: (status, body), the body read whole up to
+        ``max_response_bytes``. A kept-alive connection the engine closed before any
+        answer byte is retried once on a new one (pipeline/gateway/upstream.py; 3% of calls
+        were 502s before that)."""
+        return await self.upstream.post("/chat/completions", payload)
 
     async def _post_stream(self, payload: bytes) -> tuple[int, Any]:
-        """``_post`` of a streamed call: (200, the open response, its body unread) or (status,
-        the error body). Retried once, fresh, on a kept-alive connection the engine closed."""
-        assert self.client is not None
-        for attempt in (0, 1):
-            try:
-                resp = await self.client.post(
-                    self._upstream("/chat/completions"),
-                    data=payload,
-                    headers={"Content-Type": "application/json", **self._auth()},
-                )
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                if attempt:
-                    raise
-                continue
-            if resp.status == 200:
-                return 200, resp
-            try:
-                return resp.status, await _read_capped(resp, self.config.max_response_bytes)
-            finally:
-                resp.release()
-        raise AssertionError("unreachable")
+        """``_post`` of a streamed call: (200, the open ``Response``, its body unread) or
+        (status, the error body)."""
+        resp = await self.upstream.post_stream("/chat/completions", payload)
+        if resp.status == 200:
+            return 200, resp
+        try:
+            return resp.status, await resp.read()
+        finally:
+            resp.release()
 
     async def _ask(self, body: dict, post) -> tuple[int, Any]:
         """POST the call upstream with the token-id parameters when they are on for its model,
@@ -644,7 +632,7 @@ class Gateway:
         return status, data
 
     def _upstream_failed(self, exc: BaseException) -> bytes:
-        message = self.redactor.redact(f"seam gateway: upstream failed: {exc!r}")
+        message = self.redactor.redact(f"seam gateway: upstream failed: {exc}")
         return json.dumps({"error": {"message": message}}).encode()
 
     async def _forward(
@@ -655,7 +643,7 @@ class Gateway:
         started = time.monotonic()
         try:
             status, data = await self._ask(body, self._post)
-        except (aiohttp.ClientError, TimeoutError, AnswerTooLarge) as exc:
+        except UpstreamError as exc:  # timeouts and AnswerTooLarge included
             return 502, self._upstream_failed(exc), (time.monotonic() - started) * 1000
         ms = (time.monotonic() - started) * 1000
         if status != 200:
@@ -670,13 +658,13 @@ class Gateway:
             return 502, json.dumps(detail).encode(), ms
         return 200, parsed, ms
 
-    async def open_upstream(self, body: dict) -> web.Response | aiohttp.ClientResponse:
+    async def open_upstream(self, body: dict) -> web.Response | Response:
         """Ask the engine to stream the call (and its usage): the open response, or what the
         harness gets instead (the engine's error status and body, or a 502)."""
         sent = {**body, "stream": True, "stream_options": streaming.STREAM_OPTIONS}
         try:
             status, data = await self._ask(sent, self._post_stream)
-        except (aiohttp.ClientError, TimeoutError, AnswerTooLarge) as exc:
+        except UpstreamError as exc:
             return web.Response(
                 status=502, body=self._upstream_failed(exc), content_type="application/json"
             )
@@ -686,11 +674,12 @@ class Gateway:
             )
         return data
 
-    async def read_answer(self, resp: aiohttp.ClientResponse) -> dict | web.Response:
-        """A whole answer to a streamed request (an engine that does not stream), or a 502."""
+    async def read_answer(self, resp: Response) -> dict | web.Response:
+        """A whole answer to a streamed request (an engine that does not stream), or a 502.
+        (The connection holds it to ``max_response_bytes``.)"""
         try:
-            return _parsed_answer(await _read_capped(resp, self.config.max_response_bytes))
-        except (aiohttp.ClientError, TimeoutError, AnswerTooLarge) as exc:
+            return _parsed_answer(await resp.read())
+        except UpstreamError as exc:
             return web.Response(
                 status=502, body=self._upstream_failed(exc), content_type="application/json"
             )
@@ -865,24 +854,6 @@ def _strip_added(response: dict, asked: set[str]) -> dict:
         choices.append(choice)
     out["choices"] = choices
     return out
-
-
-class AnswerTooLarge(ValueError):
-    """The engine's answer is larger than --max-response-mb."""
-
-
-async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
-    """The response body, refused past ``cap`` bytes without holding more than that (a
-    200 MB answer used to be stored, then quarantined by the build's line limit)."""
-    if resp.content_length is not None and resp.content_length > cap:
-        raise AnswerTooLarge(f"the engine's answer has {resp.content_length:,} bytes, over {cap:,}")
-    chunks, size = [], 0
-    async for chunk in resp.content.iter_chunked(1 << 16):
-        size += len(chunk)
-        if size > cap:
-            raise AnswerTooLarge(f"the engine's answer is over {cap:,} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _parsed_answer(

@@ -30,7 +30,6 @@ is complete: the gateway checks it is a JSON object first, as for an unstreamed 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -46,6 +45,7 @@ from pipeline.gateway.dialects import (
     sse_event,
     tool_input,
 )
+from pipeline.gateway.upstream import Response, UpstreamError
 
 if TYPE_CHECKING:
     from pipeline.gateway.server import Gateway, Session
@@ -61,10 +61,10 @@ class StreamFailed(Exception):
 
 
 async def sse_data(content: Any, cap: int) -> AsyncIterator[bytes]:
-    """The ``data`` of each server-sent event in ``content`` (an aiohttp ``StreamReader``;
-    an event's ``data:`` lines joined by newlines, per the SSE format), ``b"[DONE]"``
-    included. Read in pieces as they come, not by line (a first chunk with 100k prompt
-    ids is one line of ~600 KB, over aiohttp's line limit); more than ``cap`` bytes in
+    """The ``data`` of each server-sent event in ``content`` (anything with ``iter_any()``:
+    the engine's ``upstream.Response``; an event's ``data:`` lines joined by newlines, per
+    the SSE format), ``b"[DONE]"`` included. Read in pieces as they come, not by line (a
+    first chunk with 100k prompt ids is one line of ~600 KB); more than ``cap`` bytes in
     all is a ``StreamFailed``. Lines end in LF or CRLF; ``event:``, ``id:``, ``retry:``
     and comments carry nothing a chat stream needs."""
     buffer, size = b"", 0
@@ -551,7 +551,7 @@ async def streamed_call(
     relay = relay_for(dialect, model, asked, include_usage)
     harness = _Harness(request)
     try:
-        if "text/event-stream" in resp.headers.get("Content-Type", ""):
+        if "text/event-stream" in resp.content_type:
             response = await _relay_chunks(gw, resp, relay, harness)
         else:  # an engine that answers in one body: recorded, and replayed as events
             whole = await gw.read_answer(resp)
@@ -577,15 +577,13 @@ async def streamed_call(
     return await harness.end()
 
 
-async def _relay_chunks(
-    gw: Gateway, resp: aiohttp.ClientResponse, relay: Relay, harness: _Harness
-) -> dict:
+async def _relay_chunks(gw: Gateway, resp: Response, relay: Relay, harness: _Harness) -> dict:
     """Send each chunk of the engine's stream on, and return the assembled answer."""
     from pipeline.gateway.server import _check_answer
 
     assembler = Assembler()
     try:
-        async for raw in sse_data(resp.content, gw.config.max_response_bytes):
+        async for raw in sse_data(resp, gw.config.max_response_bytes):
             if raw.strip() == b"[DONE]":
                 break
             try:
@@ -599,8 +597,8 @@ async def _relay_chunks(
                 raise StreamFailed(error)
             assembler.add(chunk)
             await harness.send(relay.chunk(chunk, raw))
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-        raise StreamFailed(f"{exc!r}") from None
+    except UpstreamError as exc:  # a cut connection, a timeout, an answer over the cap
+        raise StreamFailed(str(exc)) from None
     if not assembler.finished:
         raise StreamFailed("the stream ended before its finish_reason")
     response = assembler.response()
