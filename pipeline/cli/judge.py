@@ -122,6 +122,25 @@ def _checks(spec: str) -> tuple[str, ...]:
     return names
 
 
+def _refuse_options_that_do_not_apply(args) -> None:
+    """An LLM judge option without ``--llm``, or ``--json``/``--split`` without
+    ``--eval``, is an error in one line, not silently ignored."""
+    from judge.llm_options import ClientConfig, LlmJudgeOptions
+    from pipeline.common.options import dest_of, flag_default, flagged_fields, option_of
+
+    if not args.llm:
+        for config in (ClientConfig, LlmJudgeOptions):
+            for field in flagged_fields(config):
+                spec = option_of(field)
+                assert spec is not None and spec.flag is not None
+                if getattr(args, dest_of(spec.flag)) != flag_default(field):
+                    raise UsageError(
+                        f"{spec.flag} applies to the LLM judge: give --llm URL --model M"
+                    )
+    if not args.eval and (args.json or args.split):
+        raise UsageError(f"{'--json' if args.json else '--split'} goes with --eval LABELS")
+
+
 def run_judge(args) -> int:
     from rich.console import Console
 
@@ -129,6 +148,7 @@ def run_judge(args) -> int:
 
     if args.llm:
         extras.require("judge-llm", "judge --llm")
+    _refuse_options_that_do_not_apply(args)
     rejected: Counter = Counter()
     console = Console(stderr=True)
     read_context(args)  # its limits refused before any work when out of range

@@ -570,6 +570,27 @@ def test_every_ppo_flag_sets_its_field(config_class, field):
     assert getattr(config, field.name) != getattr(config_class(), field.name)
 
 
+@pytest.mark.parametrize(
+    "flags, line",
+    [
+        (["--model", "m"], "--model applies to the LLM judge: give --llm URL --model M"),
+        (["--concurrency", "2"], "--concurrency applies to the LLM judge: give --llm URL --model M"),
+        (["--no-cache"], "--no-cache applies to the LLM judge: give --llm URL --model M"),
+        (["--max-tokens", "9"], "--max-answer-tokens applies to the LLM judge: give --llm URL --model M"),
+        (["--split", "tune"], "--split goes with --eval LABELS"),
+        (["--json"], "--json goes with --eval LABELS"),
+    ],
+)  # fmt: skip
+def test_a_judge_option_that_does_not_apply_is_refused(flags, line, tmp_path, capsys):
+    """The rule judge has no use for the LLM judge's options: refused, not ignored."""
+    from tests.packaging.inputs import write_rollouts
+
+    inputs = write_rollouts(tmp_path / "in.jsonl")
+    assert main(["judge", str(inputs), *flags, "--out", str(tmp_path / "f.jsonl")]) == 2
+    assert capsys.readouterr().err.endswith(f"seam judge: error: {line}\n")
+    assert not (tmp_path / "f.jsonl").exists()
+
+
 def test_the_worker_config_takes_the_build_config_fields_by_name():
     config = BuildConfig(
         ["in.jsonl"], "o", tokenizer="t", chat_template="c", rewards="r.csv", group_by="g"
