@@ -139,11 +139,19 @@ def render_bounded(template: jinja2.Template, **variables) -> str:
     The render runs the template's compiled root function on a context built as
     ``Template.new_context`` builds it (``_context``), and an error inside it is raised
     as ``Template.generate`` raises it (``handle_exception``)."""
+    return render_bounded_parts(template, variables, None)
+
+
+def render_bounded_parts(template: jinja2.Template, variables: dict, as_text) -> str:
+    """``render_bounded``, each written part passed through ``as_text`` first when given
+    (``render_shapes`` turns its stand-ins into their markers there)."""
     _budget.deadline = time.monotonic() + MAX_RENDER_SECONDS
     try:
         parts, size = [], 0
         try:
             for part in template.root_render_func(_context(template, variables)):
+                if as_text is not None:
+                    part = as_text(part)
                 size += len(part)
                 if size > MAX_RENDERED_CHARS:
                     raise jinja2.exceptions.SecurityError(
@@ -237,9 +245,9 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
         return super().call_binop(context, operator, left, right)
 
 
-@lru_cache(maxsize=16)
-def compile_chat_template(source: str) -> jinja2.Template:
-    env = _BoundedSandbox(
+def chat_environment(kind: type[_BoundedSandbox]) -> _BoundedSandbox:
+    """An environment of class ``kind`` set up as ``apply_chat_template``'s is."""
+    env = kind(
         trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
     )
     env.filters["tojson"] = _tojson
@@ -247,4 +255,9 @@ def compile_chat_template(source: str) -> jinja2.Template:
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = _DictConstructor()
     env.globals["namespace"] = _Namespace
-    return env.from_string(source)
+    return env
+
+
+@lru_cache(maxsize=16)
+def compile_chat_template(source: str) -> jinja2.Template:
+    return chat_environment(_BoundedSandbox).from_string(source)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -35,6 +35,9 @@ from pipeline.common.errors import SeamError
 from pipeline.common.step_times import StepTimes
 from pipeline.core.long_text import LONG_TEXT_CHARS, LongTextStats, encode_long
 from schemas.rollout import MessageEvent
+
+if TYPE_CHECKING:
+    from pipeline.core.render_shapes import ShapeRenderer
 
 ENCODE_CACHE_TOKENS = 4 << 20  # ids kept by encode_many's cache (16 MiB of int32 per process)
 # Characters tokenized per call into the Rust tokenizer. While a batch is encoded, its
@@ -97,9 +100,10 @@ def _compile(source: str):
 class ChatRenderer:
     """Renders and tokenizes canonical messages for one tokenizer + chat template."""
 
-    def __init__(self, tokenizer, full_render: bool = False):
+    def __init__(self, tokenizer, full_render: bool = False, by_shape: bool = True):
         """``full_render`` skips the incremental path even when the probe would allow it
-        (the reference the incremental path is tested against)."""
+        (the reference the incremental path is tested against); ``by_shape=False`` renders
+        every piece through Jinja (the reference ``render_shapes`` is tested against)."""
         self.tokenizer = tokenizer
         self.backend = tokenizer.backend_tokenizer
         # Where renders and encodes count their seconds (steps ``render`` and ``tokenize``):
@@ -108,6 +112,8 @@ class ChatRenderer:
         # False while a caller times a run of renders as one span (``_PieceCache.prefetch``).
         self.time_each_render = True
         self.template = _compile(tokenizer.chat_template)
+        self._shapes: ShapeRenderer | None = None
+        self._by_shape = by_shape
         self.special = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
         self.eos_text = self._end_of_turn_text()
         self.eos_id = tokenizer.convert_tokens_to_ids(self.eos_text)
@@ -162,14 +168,36 @@ class ChatRenderer:
         return self._base_text(True)[len(self._base_text(False)) :]
 
     def piece(self, msg_dict: dict, first: bool, tools: list | None) -> str:
-        """The text one message contributes to a rendered conversation."""
+        """The text one message contributes to a rendered conversation.
+
+        A later message whose shape the template renders without reading its texts is
+        filled in from that shape's constants (``render_shapes.py``), not rendered again.
+        """
         if first:
             return self.render([msg_dict], tools, False)
+        if self._by_shape:
+            shapes = self._shapes or self._shape_renderer()
+            if self.times is not None and self.time_each_render:
+                with self.times.step("render"):
+                    text = shapes.piece(msg_dict)
+            else:
+                text = shapes.piece(msg_dict)
+            if text is not None:
+                return text
         base = self._base_text(False)
         full = self.render(_BASE + [msg_dict], None, False)
         if not full.startswith(base):
             raise TemplateError("chat template re-renders earlier messages when one is appended")
         return full[len(base) :]
+
+    def _shape_renderer(self) -> ShapeRenderer:
+        from pipeline.core.render_shapes import ShapeRenderer  # jinja2 only when rendering
+
+        variables = {"tools": None, "add_generation_prompt": False, **self.special}
+        self._shapes = ShapeRenderer(
+            self.tokenizer.chat_template, _BASE, self._base_text(False), variables
+        )
+        return self._shapes
 
     def split_output(self, assistant_text: str) -> tuple[str, str]:
         """Split what follows the generation prompt into (generated text, template trailer).
