@@ -187,6 +187,7 @@ LOOKS = {
     "set-block": "{% set x %}{{ m.content }}{% endset %}{{ x | length }}",
     "macro-result": "{% macro f(c) %}{{ c }}{% endmacro %}{% if f(m.content) == 'x' %}x{% endif %}",
     "percent": "{{ '%s!' % m.content }}",
+    "percent-tuple": "{% if '%s' % (m.content,) == 'x' %}x{% endif %}",  # formats a plain str
     "times": "{{ m.content * 2 }}",
     "sequence-test": "{% if m.content is sequence %}s{% endif %}",  # Jinja's test catches errors
     "repr": "{{ m }}",
@@ -228,3 +229,29 @@ def test_a_template_error_is_left_to_jinja():
     with pytest.raises(jinja2.TemplateError):
         jinja_piece(source, {"role": "tool", "content": "x"})
     assert shapes.piece({"role": "user", "content": "x"}) == "x"
+
+
+@pytest.mark.parametrize(
+    "look",
+    [
+        "{{ a }}",
+        "{{ a | length }}",
+        "{% for k in a %}{{ k }}{% endfor %}",
+        "{{ a.items() | list }}",
+        "{% if a == {} %}e{% endif %}",
+        "{{ a | tojson | tojson }}",
+        "{{ a['q'] }}",
+    ],
+)
+def test_a_template_that_reads_tool_call_arguments_renders_through_jinja(look):
+    source = (
+        "{%- for m in messages %}{% for c in m.tool_calls or [] %}{% set a = c.function.arguments %}"
+        + look
+        + "{% endfor %}{% endfor -%}"
+    )
+    call = {"id": "c", "type": "function", "function": {"name": "n", "arguments": {"q": "1"}}}
+    assert shapes_for(source).piece({"role": "assistant", "tool_calls": [call]}) is None
+    placed = source.replace(look, "{{ a | tojson(indent=1) }}")
+    assert shapes_for(placed).piece({"role": "assistant", "tool_calls": [call]}) == jinja_piece(
+        placed, {"role": "assistant", "tool_calls": [call]}
+    )
