@@ -53,6 +53,7 @@ from pipeline.gateway.dialects import (
 )
 from pipeline.gateway.judging import JudgeFailed, LoopJudge
 from pipeline.gateway.recorder import Recorder, check_id
+from pipeline.gateway.request_prefix import RequestParser
 from pipeline.gateway.upstream import Response, Upstream, UpstreamError
 from pipeline.readers import call_delta, raw_ids
 from pipeline.readers.call_delta import FULL_EVERY
@@ -119,6 +120,7 @@ class Session:
     # an agent's last user message is often the same for many calls (its tool outputs
     # come as tool messages), and the case-blind search costs ~75 ns a character.
     summary_memo: tuple[str, bool] | None = None
+    parser: RequestParser = field(default_factory=RequestParser)  # its requests' bytes
 
     def known_equal(self, history: list, before: Any) -> int:
         """How many leading items of ``history`` are known to equal ``before``'s."""
@@ -351,7 +353,9 @@ class Gateway:
             raw = await _read_body(request, self.config.client_timeout_s)
             if raw is None:
                 return _error(408, "the request body did not arrive in time", dialect)
-            body = orjson.loads(raw)
+            # The history it shares with the session's previous request is not parsed
+            # again (pipeline/gateway/request_prefix.py): same result as orjson.loads.
+            body = session.parser.parse(raw, "input" if dialect == "responses" else "messages")
             if not isinstance(body, dict):
                 raise DialectError("the request body must be a JSON object")
             # Deeper nesting would fail later, after the engine answered, where the call is
