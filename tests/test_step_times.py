@@ -5,6 +5,8 @@ manifest, whose bytes stay a function of the inputs and options."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,20 @@ def test_a_step_that_raises_is_still_counted():
     with pytest.raises(ValueError), times.step("read"):
         raise ValueError("bad record")
     assert "read" in times.seconds
+
+
+def test_a_step_with_children_counts_the_cpu_of_the_processes_it_waited_for():
+    burn = [
+        sys.executable,
+        "-c",
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass",
+    ]
+    times = StepTimes()
+    with times.step("alone"):
+        subprocess.run(burn, check=True)
+    with times.step("verify", with_children=True):
+        subprocess.run(burn, check=True)
+    assert times.seconds["alone"][1] < 0.1 <= 0.3 <= times.seconds["verify"][1]
 
 
 def test_tasks_add_up_and_steps_list_in_pipeline_order():

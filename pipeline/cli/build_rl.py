@@ -135,7 +135,7 @@ def _build_and_verify(config, title: str, verify: str):
     # Its rollouts checked on the build's worker processes' cores; with an engine whose
     # workers are elsewhere (Ray), in this process.
     workers = config.workers if ENGINES[config.engine].owns_cores else 1
-    with result.build_times.step("verify"):
+    with result.build_times.step("verify", with_children=True):
         status = audit_build(
             result.out, verify, config.tokenizer, progress=config.progress, workers=workers
         )

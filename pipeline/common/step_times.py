@@ -8,7 +8,8 @@ Each task returns its ``StepTimes`` with its counts and the build adds them up
 (``merge``): wall seconds summed over workers are worker-seconds, not elapsed time.
 
 CPU seconds are ``time.process_time()``: every thread of the process (a build worker
-runs one task at a time; the finalize pass writes shards on threads of its own).
+runs one task at a time; the finalize pass writes shards on threads of its own); a step
+that runs processes of its own (``verify``) adds theirs (``step(..., with_children=True)``).
 
 Timings differ from run to run, so they never enter the manifest (whose bytes are a
 function of inputs and options): the build prints them and ``--timings FILE`` writes
@@ -57,13 +58,17 @@ class StepTimes:
         self._inner: list[list[float]] = []  # per open step: time of the steps inside it
 
     @contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        wall0, cpu0 = time.perf_counter(), time.process_time()
+    def step(self, name: str, with_children: bool = False) -> Iterator[None]:
+        """Time the block as step ``name``; ``with_children``: its CPU seconds include
+        those of the child processes it started and waited for (``seam verify`` checks
+        its rollouts on forked processes)."""
+        clock = _cpu_with_children if with_children else time.process_time
+        wall0, cpu0 = time.perf_counter(), clock()
         self._inner.append([0.0, 0.0])
         try:
             yield
         finally:
-            wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+            wall, cpu = time.perf_counter() - wall0, clock() - cpu0
             inner = self._inner.pop()
             self.add(name, wall - inner[0], cpu - inner[1])
             self._leave_out_of_enclosing(wall, cpu)
@@ -115,6 +120,15 @@ class StepTimes:
     def as_json(self) -> dict[str, list[float]]:
         """``{step: [wall, cpu]}`` rounded to 0.1 ms (what a task's marker carries)."""
         return {n: [round(w, 4), round(c, 4)] for n, w, c in self.ordered()}
+
+
+def _cpu_with_children() -> float:
+    """This process's CPU seconds plus those of its children that have ended and been
+    waited for (``getrusage(RUSAGE_CHILDREN)``)."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def timings_document(workers: StepTimes, build: StepTimes, elapsed: float, **facts) -> dict:
