@@ -27,6 +27,9 @@ if and only if the array in ``raw`` ends at that ``]``, to the items ``S`` gives
 value, exactly when ``raw`` does. Where the array ends is found from where a parse of
 ``[ S ] Z`` stops (orjson's error position), then proved by that whole-document parse.
 
+A request under ``MIN_BYTES`` (16 KB) is parsed whole: there one parse costs less than
+the shortcut's three small ones.
+
 A request that does not start with the previous one's bytes (the first call, a rewritten
 or compacted context, another layout) is parsed whole, and the parser then finds its
 history array (the same two proofs) to continue from. A harness whose requests never
@@ -47,15 +50,20 @@ NONCE = "seam-history-" + secrets.token_hex(16)
 SENTINEL = orjson.dumps(NONCE)
 _SPACE = b" \t\r\n"
 MAX_WAIT = 64
+# Smaller requests are parsed whole: the shortcut's three small parses cost ~8-10 µs, one
+# parse of 16 KB (~40 messages) about as much (measured: 4.6 µs whole vs 8.4 µs at 2 KB,
+# 278 vs 24 µs at 160 KB).
+MIN_BYTES = 16 * 1024
 
 
 class RequestParser:
     """Parses one session's requests (``parse``); keeps the previous request's bytes and
     where its history array is (memory: one request's bytes per session)."""
 
-    __slots__ = ("raw", "open_at", "close", "key", "items", "wait", "backoff", "hits")
+    __slots__ = ("raw", "open_at", "close", "key", "items", "wait", "backoff", "hits", "min_bytes")
 
-    def __init__(self) -> None:
+    def __init__(self, min_bytes: int = MIN_BYTES) -> None:
+        self.min_bytes = min_bytes
         self.raw: bytes | None = None  # the previous request, whose history ``items`` is
         self.open_at = self.close = 0  # its history array's ``[`` and ``]``
         self.key = ""
@@ -67,6 +75,9 @@ class RequestParser:
     def parse(self, raw: bytes, key: str) -> Any:
         """``orjson.loads(raw)`` (its errors too), with ``raw[key]``'s shared history not
         parsed again when ``raw`` continues the previous request of this parser."""
+        if len(raw) < self.min_bytes:
+            self.raw = None
+            return orjson.loads(raw)
         missed = False
         if self.raw is not None:
             body = self._continued(raw, key)

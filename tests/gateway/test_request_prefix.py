@@ -57,7 +57,7 @@ def test_a_session_of_requests_parses_as_orjson_does(first, steps, layout, dumps
     """An agent's requests: each the previous history plus new messages (sometimes a
     rewritten history: a compaction), with the history first, last or between the other
     members, in four serializations."""
-    parser = RequestParser()
+    parser = RequestParser(min_bytes=0)
     history = list(first)
     for new, rewrite in [([], 1), *steps]:
         if rewrite == 0:  # a compaction: the history starts again
@@ -75,7 +75,7 @@ def test_a_session_of_requests_parses_as_orjson_does(first, steps, layout, dumps
 
 @pytest.mark.parametrize("ascii_only", [True, False])
 def test_the_history_is_not_parsed_again_when_the_bytes_continue(ascii_only):
-    parser = RequestParser()
+    parser = RequestParser(min_bytes=0)
     history = [{"role": "user", "content": "task: é 日本"}]
     previous: list = []
     for i in range(6):
@@ -108,7 +108,7 @@ def test_the_history_is_not_parsed_again_when_the_bytes_continue(ascii_only):
     ],
 )
 def test_odd_next_requests_parse_as_orjson_does(second):
-    parser = RequestParser()
+    parser = RequestParser(min_bytes=0)
     _check(parser, b'{"model": "m", "messages": [{"a": 1}]}')
     assert parser.raw is not None  # it found the array to continue from
     _check(parser, second)
@@ -125,7 +125,7 @@ def test_a_harness_whose_bytes_never_continue_searches_less_and_less():
             searches += 1
             return super()._find(*args)
 
-    parser = Counting()
+    parser = Counting(min_bytes=0)
     history: list[dict] = []
     for i in range(100):
         history = [{**m, "mark": False} for m in history] + [{"content": i, "mark": True}]
@@ -142,8 +142,23 @@ def test_the_sentinel_is_a_string_no_request_holds():
 def test_an_item_continued_across_the_old_end_is_not_a_continuation():
     """A history of numbers: ``[1, 2`` then ``[1, 234, 5]`` starts with the old bytes but
     its second item is another one (only a comma right after them continues the array)."""
-    parser = RequestParser()
+    parser = RequestParser(min_bytes=0)
     _check(parser, b'{"messages": [1, 2]}')
     assert parser.raw is not None
     _check(parser, b'{"messages": [1, 234, 5]}')
     assert parser.hits == 0
+
+
+def test_a_small_request_is_parsed_whole():
+    """Under MIN_BYTES one parse is cheaper than the shortcut's three."""
+    parser = RequestParser()
+    history = [{"role": "user", "content": "x" * 100}]
+    for _ in range(4):
+        _check(parser, json.dumps({"messages": history}).encode())
+        history = history + [{"role": "assistant", "content": "y" * 100}]
+    assert parser.hits == 0 and parser.raw is None
+    history = [{"role": "user", "content": "x" * request_prefix.MIN_BYTES}]
+    for _ in range(3):
+        _check(parser, json.dumps({"messages": history}).encode())
+        history = history + [{"role": "assistant", "content": "y"}]
+    assert parser.hits == 2
