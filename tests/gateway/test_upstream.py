@@ -594,3 +594,36 @@ def test_https_engines_are_verified(loop, tls_pair):
 
     got, connections = run(loop, main())
     assert got == [(200, b"echo:{}")] * 2 and connections == 1  # kept; the refused one never served
+
+
+def test_the_gateway_gives_an_engine_that_never_answers_a_502_in_its_upstream_timeout(
+    start_gateway, capsys
+):
+    """The gateway's options reach the client: --upstream-timeout bounds the call (a 502
+    with nothing written), and timeouts that are not positive are refused at the start."""
+    import requests
+    from aiohttp import web
+
+    from pipeline.cli import main
+    from tests.gateway.serving import ThreadedApp
+
+    async def never(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.6)  # past the gateway's 0.3 s (the server's stop waits for it)
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", never)
+    served = ThreadedApp(app)
+    try:
+        gw = start_gateway(served.url + "/v1", token_ids="off", upstream_timeout_s=0.3)
+        assert gw.gateway.upstream.connect_timeout == 30.0  # the default
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        answer = requests.post(gw.base("t", "slow") + "/v1/chat/completions", json=body)
+        assert answer.status_code == 502
+        assert "did not answer within 0.3 s" in answer.json()["error"]["message"]
+        assert not (gw.out / "calls" / "slow.jsonl").exists()
+    finally:
+        served.stop()
+    args = ["gateway", "--upstream", served.url + "/v1", "--out", str(gw.out.parent / "cli")]
+    assert main([*args, "--upstream-connect-timeout", "0"]) == 2
+    assert "--upstream-connect-timeout must be positive" in capsys.readouterr().err
