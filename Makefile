@@ -66,8 +66,9 @@ test-all: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow" $(FAST_TESTS)
 
-## The wheel: built, installed with extras into a fresh virtualenv (cached in ~/.cache/seam/wheel-venvs),
-## every README example run from it outside the repository; the extras' one-line refusals
+## The wheel: built, installed with the extras each command needs into fresh virtualenvs (cached in
+## ~/.cache/seam/wheel-venvs), every command's documented example run from it outside the repository;
+## the extras' one-line refusals
 test-wheel: $(STAMP)
 	$(BIN)/pytest -q tests/packaging
 

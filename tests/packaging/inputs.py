@@ -1,9 +1,13 @@
-"""A small canonical input for the packaging tests: two GRPO groups of hand-written
-rollouts (0, 1 and 2 compactions, a summary call each), cheap to build."""
+"""Small inputs for the packaging tests: two GRPO groups of hand-written canonical
+rollouts (0, 1 and 2 compactions, a summary call each), cheap to build; a gateway-style
+chat-completions log."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import zstandard
 
 from tests.judge.rollouts import Story
 
@@ -27,4 +31,29 @@ def write_rollouts(path: Path) -> Path:
     ]
     rollouts = [r.model_copy(update={"task_id": f"t{n // 2 + 1}"}) for n, r in enumerate(rollouts)]
     path.write_text("".join(r.model_dump_json(exclude_none=True) + "\n" for r in rollouts))
+    return path
+
+
+def write_chat_completions_log(path: Path) -> Path:
+    """A gateway-style log (docs/readers.md): one chat-completions call per line, request
+    and response, ``metadata.trace_id`` naming the rollout; two rollouts of two calls
+    each, zstd-compressed."""
+    lines = []
+    for trace in ("a", "b"):
+        messages = [
+            {"role": "system", "content": "You fix bugs."},
+            {"role": "user", "content": f"Fix bug {trace}."},
+        ]
+        for reply in ("Looking at it.", "Fixed."):
+            response = {"role": "assistant", "content": reply}
+            lines.append(
+                {
+                    "metadata": {"trace_id": trace},
+                    "request": {"model": "m", "messages": messages},
+                    "response": {"choices": [{"index": 0, "message": response}]},
+                }
+            )
+            messages = [*messages, response, {"role": "user", "content": "Go on."}]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(zstandard.compress("".join(json.dumps(x) + "\n" for x in lines).encode()))
     return path
