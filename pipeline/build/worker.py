@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from multiprocessing import active_children, get_all_start_methods, get_context
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.feather as feather
 
 from pipeline.build.quarantine import NOT_WRITTEN, Share, TaskQuarantine
@@ -48,7 +46,6 @@ from pipeline.common.step_times import StepTimes
 from pipeline.core import fidelity, witness
 from pipeline.core.render import ChatRenderer, TemplateError
 from pipeline.core.rows import (
-    ROLLOUT_ORDINAL,
     RejectedRollout,
     RowBatch,
     RowOptions,
@@ -327,7 +324,7 @@ def _run_timed_task(
         table = rows.batch.to_table()
         atomic_write(part_path, lambda tmp: feather.write_feather(table, tmp, compression="zstd"))
         sink.quarantine.write(quarantine_path)  # 0600: raw session text
-        groups = group_table(table, rows.rowless)
+        groups = group_table(rows.batch.group_rows(), rows.rowless)
     if sink.quarantine.not_written:
         counts[NOT_WRITTEN] = sink.quarantine.not_written
     result = TaskResult(
@@ -485,21 +482,21 @@ class MakeRows(Step):
         return item
 
 
-def group_table(table: pa.Table, rowless=()) -> dict[str, list]:
+def group_table(with_rows: list[tuple], rowless=()) -> dict[str, list]:
     """The task's accepted rollouts, for GRPO groups: task id, reward (None for NaN: no
     outcome), rollout ordinal, and rollout and parent ids (a rollout and its sub-agents
-    are one vote) — those with rows, then ``rowless`` ones (all segments dropped), which
-    count in their group but get no rows. Returned with the counts, so finalizing never
-    re-reads the parts to group them."""
-    first = table.filter(pc.equal(table["segment_index"], 0))
-    groups = {
-        "rollout_id": first["rollout_id"].to_pylist(),
-        "parent_rollout_id": first["parent_rollout_id"].to_pylist(),
-        "task_id": first["task_id"].to_pylist(),
-        "reward": [None if math.isnan(r) else r for r in first["reward"].to_pylist()],
-        "ordinal": first[ROLLOUT_ORDINAL].to_pylist(),
+    are one vote) — those with rows (``RowBatch.group_rows``: the reward as its float32
+    column holds it), then ``rowless`` ones (all segments dropped), which count in their
+    group but get no rows. Returned with the counts, so finalizing never re-reads the
+    parts to group them. Each row is ``(rollout id, parent id, task id, reward, ordinal)``."""
+    groups: dict[str, list] = {
+        "rollout_id": [],
+        "parent_rollout_id": [],
+        "task_id": [],
+        "reward": [],
+        "ordinal": [],
     }
-    for row in rowless:  # (rollout id, parent id, task id, reward, ordinal)
+    for row in (*with_rows, *rowless):
         for column, value in zip(groups.values(), row):
             column.append(value)
     return groups

@@ -114,16 +114,6 @@ def _positions(rollout: Rollout) -> dict[str, int]:
     return where
 
 
-def _has_meta(rollout: Rollout, key: str) -> bool:
-    """A message of the rollout (an event, or one a rewrite put into the context: Codex's
-    replacement history) carries ``meta[key]``."""
-    for event in rollout.events:
-        items = event.context if isinstance(event, RewriteEvent) else (event,)
-        if any(isinstance(m, MessageEvent) and key in m.meta for m in items):
-            return True
-    return False
-
-
 class _Span(Protocol):
     @property
     def call_index(self) -> int: ...
@@ -139,7 +129,27 @@ class SpannedSegment(Protocol):
     def spans(self) -> Sequence[_Span]: ...
 
 
-def segment_fidelity(rollout: Rollout, segments: Sequence[SpannedSegment]) -> list[list[str]]:
+def _marked(rollout: Rollout) -> bool:
+    """Whether a message of the rollout carries a mark ``segment_fidelity`` reads: an
+    opaque item or redacted reasoning (in an event or in a rewrite's context), or a
+    synthesized call (an event). One pass over the events (it runs for every rollout)."""
+    for event in rollout.events:
+        if isinstance(event, RewriteEvent):
+            for m in event.context:
+                if isinstance(m, MessageEvent) and (OPAQUE_KEY in m.meta or REDACTED_KEY in m.meta):
+                    return True
+        elif event.meta and (
+            OPAQUE_KEY in event.meta or REDACTED_KEY in event.meta or SYNTHESIZED_KEY in event.meta
+        ):
+            return True
+    return False
+
+
+def segment_fidelity(
+    rollout: Rollout,
+    segments: Sequence[SpannedSegment],
+    witnesses: Sequence[witness.SegmentWitness] | None = None,
+) -> list[list[str]]:
     """``context_fidelity`` of each segment: ``["exact"]`` or its sorted reasons.
 
     A reason with an ``event_id`` applies to the segments whose last call comes at or
@@ -150,16 +160,13 @@ def segment_fidelity(rollout: Rollout, segments: Sequence[SpannedSegment]) -> li
     call's ``meta.synthesized_call`` reason; one whose calls or context hold a call with
     ``meta.redacted_reasoning`` gets ``redacted_reasoning``; one whose growth the
     harness's token counts contradict gets ``unexplained_context_gap``
-    (``segment_witnesses``).
+    (``segment_witnesses``; ``witnesses``: those, when the caller has them already).
     """
     found = entries(rollout)
-    gaps = [w.gap for w in segment_witnesses(rollout, segments)]
-    if (
-        not found
-        and not _has_meta(rollout, OPAQUE_KEY)
-        and not _has_synthesized(rollout)
-        and not _has_meta(rollout, REDACTED_KEY)
-    ):
+    if witnesses is None:
+        witnesses = segment_witnesses(rollout, segments)
+    gaps = [w.gap for w in witnesses]
+    if not found and not _marked(rollout):
         # the common case: no second replay
         return [[witness.GAP_REASON] if gap else [EXACT] for gap in gaps]
     calls: list[CallView] = replay(rollout)
@@ -203,11 +210,14 @@ def _sees_redacted(call: CallView) -> bool:
 
 
 def segment_witnesses(
-    rollout: Rollout, segments: Sequence[SpannedSegment]
+    rollout: Rollout,
+    segments: Sequence[SpannedSegment],
+    calls: Sequence[MessageEvent] | None = None,
 ) -> list[witness.SegmentWitness]:
     """The second witness of each segment: its calls' reported input growth against the
-    growth of its rebuilt input (``call_spans[i].start``), for ``rollout.model``."""
-    calls = rollout.calls()
+    growth of its rebuilt input (``call_spans[i].start``), for ``rollout.model``.
+    ``calls``: ``rollout.calls()``, when the caller has it already."""
+    calls = rollout.calls() if calls is None else calls
     return [
         witness.witness(
             [s.start for s in seg.spans],
@@ -218,14 +228,13 @@ def segment_witnesses(
     ]
 
 
-def _has_synthesized(rollout: Rollout) -> bool:
-    return any(isinstance(e, MessageEvent) and SYNTHESIZED_KEY in e.meta for e in rollout.events)
-
-
-def reported_input_tokens(rollout: Rollout, segment: Segment) -> list[int | None]:
+def reported_input_tokens(
+    rollout: Rollout, segment: Segment, calls: Sequence[MessageEvent] | None = None
+) -> list[int | None]:
     """Per call of the segment (aligned with ``call_spans``): the input tokens the
-    provider reported for that call, or None where the log has no usage."""
-    calls = rollout.calls()
+    provider reported for that call, or None where the log has no usage. ``calls``:
+    ``rollout.calls()``, when the caller has it already."""
+    calls = rollout.calls() if calls is None else calls
     return [_reported(calls[span.call_index]) for span in segment.spans]
 
 

@@ -14,7 +14,7 @@ ablations:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,10 +33,11 @@ class MaskedSegment:
     loss_mask: np.ndarray  # int8, len == len(tokens)
     logprobs: np.ndarray | None  # float32 aligned with tokens, or None
     trained: list[bool]  # per call span
+    # n_s = sum(loss_mask), counted once (the rows, the counts and the stage all ask).
+    num_trainable_tokens: int = field(init=False)
 
-    @property
-    def num_trainable_tokens(self) -> int:
-        return int(self.loss_mask.sum(dtype=np.int64))
+    def __post_init__(self) -> None:
+        self.num_trainable_tokens = int(np.count_nonzero(self.loss_mask))
 
 
 def mask_segment(
@@ -45,8 +46,6 @@ def mask_segment(
     """``logged_output[j]``: span j's tokens are the engine's logged output ids."""
     tokens = seg.tokens
     mask = np.zeros(len(tokens), dtype=np.int8)
-    logprobs = np.zeros(len(tokens), dtype=np.float32)
-    have_logprobs = True
     trained = []
     last = len(seg.spans) - 1
     for j, span in enumerate(seg.spans):
@@ -60,10 +59,17 @@ def mask_segment(
         if span.truncated and not logged_output[j] and span.length and tokens[end - 1] == eos_id:
             end -= 1
         mask[span.start : end] = 1
-        if span.logprobs is None:
-            have_logprobs = False
-        else:
-            logprobs[span.start : span.start + span.length] = span.logprobs
-    if not any(trained):
-        have_logprobs = False
-    return MaskedSegment(seg, mask, logprobs if have_logprobs else None, trained)
+    return MaskedSegment(seg, mask, _trained_logprobs(seg, trained), trained)
+
+
+def _trained_logprobs(seg: Segment, trained: list[bool]) -> np.ndarray | None:
+    """The segment's logprobs column: each trained span's logged logprobs at its place, 0
+    elsewhere; None unless at least one span is trained and every trained span logged
+    them (a rollout from text logs none: no array is made for it)."""
+    spans = [s for s, t in zip(seg.spans, trained) if t]
+    if not spans or any(s.logprobs is None for s in spans):
+        return None
+    logprobs = np.zeros(len(seg.tokens), dtype=np.float32)
+    for span in spans:
+        logprobs[span.start : span.start + span.length] = span.logprobs
+    return logprobs

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import orjson
@@ -242,15 +242,18 @@ class ChatRenderer:
         cached piece has the ids it would get again.
         """
         cache = self._encode_cache
-        todo = list(dict.fromkeys(t for t in texts if t not in cache))
+        # One lookup per text: a rendered text is a new string, so each lookup hashes it
+        # and compares it with the cached key in full.
+        found = [cache.get(t) for t in texts]
+        todo = list(dict.fromkeys(t for t, ids in zip(texts, found) if ids is None))
         if not todo:
-            return [cache[t] for t in texts]
+            return cast(list[np.ndarray], found)  # every text was cached
         fresh: dict[str, np.ndarray] = {}
         for batch in _batches(todo, ENCODE_BATCH_CHARS):
             fresh.update(zip(batch, self._encode_batch(batch)))
             if sum(map(len, batch)) >= ENCODE_BATCH_CHARS:
                 release_free_memory()
-        out = [fresh[t] if t in fresh else cache[t] for t in texts]
+        out = [fresh[t] if ids is None else ids for t, ids in zip(texts, found)]
         for t, ids in fresh.items():
             ids.flags.writeable = False  # shared by every later caller: never edited in place
             cache[t] = ids

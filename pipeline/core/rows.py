@@ -12,6 +12,7 @@ them once every task is done, joining on the rollout ordinal.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,6 +145,9 @@ class RowBatch:
         self.mask_chunks: list[np.ndarray | None] = []
         self.logprob_chunks: list[np.ndarray | None] = []
         self.num_rows = 0
+        # Per rollout with rows, in ordinal order: (rollout id, parent id, task id, reward,
+        # ordinal), for the build's GRPO groups (``group_rows``).
+        self._groups: list[tuple] = []
         self.last_fidelity: list[list[str]] = []  # context_fidelity of the rollout added last
         self.last_witnesses: list = []  # and its segments' second witness (pipeline/core/witness.py)
 
@@ -159,10 +163,15 @@ class RowBatch:
         after = trainable_tokens_after(n_s)
         rewrites = [e.reason for e in rollout.events if isinstance(e, RewriteEvent)]
         compactions, edits = rewrites.count("compaction"), rewrites.count("edit")
-        fidelity = segment_fidelity(rollout, [m.segment for m in segments])
-        witnessed = segment_witnesses(rollout, [m.segment for m in segments])
+        calls = rollout.calls()
+        segs = [m.segment for m in segments]
+        witnessed = segment_witnesses(rollout, segs, calls)
+        fidelity = segment_fidelity(rollout, segs, witnessed)
         self.last_fidelity = fidelity
         self.last_witnesses = witnessed
+        self._groups.append(
+            (rollout.rollout_id, rollout.parent_rollout_id, rollout.task_id, reward, ordinal)
+        )
         for index, (m, n, tail, fid, wit) in enumerate(
             zip(segments, n_s, after, fidelity, witnessed)
         ):
@@ -193,13 +202,23 @@ class RowBatch:
             c["resolved"].append(rollout.resolved)
             c["parent_rollout_id"].append(rollout.parent_rollout_id)
             c["context_fidelity"].append(fid)
-            c["reported_input_tokens"].append(reported_input_tokens(rollout, seg))
+            c["reported_input_tokens"].append(reported_input_tokens(rollout, seg, calls))
             c["context_gap_tokens"].append(wit.gap_tokens)
             c[ROLLOUT_ORDINAL].append(ordinal)
             self.token_chunks.append(seg.tokens)
             self.mask_chunks.append(m.loss_mask)
             self.logprob_chunks.append(m.logprobs)
             self.num_rows += 1
+
+    def group_rows(self) -> list[tuple]:
+        """One row per rollout with rows, in ordinal order: (rollout id, parent id, task
+        id, reward, ordinal), the reward as the float32 ``reward`` column holds it (None
+        for NaN: no outcome) — what reading the table's first segments back would give,
+        without building or filtering the table (``worker.group_table``)."""
+        rewards = np.array([g[3] for g in self._groups], dtype=np.float64)
+        with np.errstate(over="ignore"):  # past float32's range: inf, as in the column
+            stored = rewards.astype(np.float32).tolist()
+        return [(*g[:3], None if math.isnan(r) else r, g[4]) for g, r in zip(self._groups, stored)]
 
     def add_extra(self, values: dict[str, list]) -> None:
         """Extra column values for the rows of the rollout added last."""

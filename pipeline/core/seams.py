@@ -95,6 +95,11 @@ class SegmentBuilder:
         self.engine.append(ids)
         self.engine_length += len(ids)
 
+    def extend_engine_chunks(self, chunks: list[np.ndarray]) -> None:
+        """``extend_engine`` with consecutive chunks (joined when ``engine_tokens`` asks)."""
+        self.engine.extend(chunks)
+        self.engine_length += sum(map(len, chunks))
+
     def replace_last_output(self, ids: np.ndarray) -> None:
         """The engine's view of the last output, re-tokenized (drift): the engine's last
         chunk is that output (``add_call``); the training sequence keeps it as sampled."""

@@ -75,7 +75,8 @@ class Segmenter:
                     trigger = call.rewrite.trigger if call.rewrite else None
                     seg = self._start(call, pieces, kind, trigger)
                 else:
-                    seg.add(tail)
+                    for ids in tail:
+                        seg.add(ids)
             out = self._output(call, pieces)
             logprobs = call.message.logprobs
             seg.add_call(
@@ -94,12 +95,19 @@ class Segmenter:
 
     # -- the input of a call ------------------------------------------------------------
     def _prompt(self, call: CallView, pieces: _PieceCache) -> np.ndarray:
+        """The call's whole input. Made once per call: at a seam, the check that found it
+        (``extension``) and the segment it opens (``_start``) both need it."""
+        if pieces.prompt_of is call:
+            return pieces.prompt
         if call.message.prompt_ids is not None:
-            return np.asarray(call.message.prompt_ids, dtype=np.int32)
-        if self.renderer.incremental:
-            return np.concatenate([pieces.context(call.context), pieces.generation_prompt()])
-        ctx = [template_message(m) for m in call.context]
-        return self.renderer.encode(self.renderer.render(ctx, pieces.tools, True))
+            ids = np.asarray(call.message.prompt_ids, dtype=np.int32)
+        elif self.renderer.incremental:
+            ids = np.concatenate([*pieces.context_chunks(call.context), pieces.generation_prompt()])
+        else:
+            ctx = [template_message(m) for m in call.context]
+            ids = self.renderer.encode(self.renderer.render(ctx, pieces.tools, True))
+        pieces.prompt_of, pieces.prompt = call, ids
+        return ids
 
     def _output(self, call: CallView, pieces: _PieceCache) -> np.ndarray:
         if call.message.output_ids is not None:
@@ -120,8 +128,9 @@ class Segmenter:
         prev_out: np.ndarray,
         call: CallView,
         pieces: _PieceCache,
-    ) -> np.ndarray | None:
-        """The tokens to append before ``call``'s output, or None at a seam."""
+    ) -> list[np.ndarray] | None:
+        """The tokens to append before ``call``'s output (as consecutive chunks: the
+        segment joins its chunks once, when it is finished), or None at a seam."""
         now = call.context
         if (
             rendered is not None
@@ -131,25 +140,24 @@ class Segmenter:
             and now[len(rendered)].id == prev.message.id
         ):
             rendered_out = pieces.output(prev)
-            tail = np.concatenate(
-                [
-                    pieces.trailer(prev),
-                    pieces.context(now[len(rendered) + 1 :], False),
-                    pieces.generation_prompt(),
-                ]
-            )
+            tail = [
+                pieces.trailer(prev),
+                *pieces.context_chunks(now[len(rendered) + 1 :], False),
+                pieces.generation_prompt(),
+            ]
             if prev.message.output_ids is None or np.array_equal(prev_out, rendered_out):
-                seg.extend_engine(tail)
+                seg.extend_engine_chunks(tail)
                 return tail
             if self.renderer.decode(prev_out) == self.renderer.decode(rendered_out):
                 # History re-renders the sampled output with other ids, same text: realign.
                 seg.drift_realigned += 1
                 seg.replace_last_output(rendered_out)
-                seg.extend_engine(tail)
+                seg.extend_engine_chunks(tail)
                 return tail
-        return extension(
+        ids = extension(
             seg, self._prompt(call, pieces), self.renderer, len(self._generation_prompt_ids)
         )
+        return None if ids is None else [ids]
 
 
 def _unrewritten(call: CallView) -> SeamKind:
@@ -169,6 +177,8 @@ class _PieceCache:
         self._pieces: dict[tuple[str, bool], np.ndarray] = {}
         self._outputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._generation_prompt: np.ndarray | None = None  # asked for at every call: kept
+        self.prompt_of: CallView | None = None  # the call whose whole input ``prompt`` is
+        self.prompt = np.zeros(0, dtype=np.int32)
 
     def generation_prompt(self) -> np.ndarray:
         if self._generation_prompt is None:
@@ -239,8 +249,10 @@ class _PieceCache:
         finally:
             self.r.time_each_render = True
 
-    def context(self, messages, at_start: bool = True) -> np.ndarray:
-        """Tokens of ``messages``; ``at_start`` when they open the context (first piece differs).
+    def context_chunks(self, messages, at_start: bool = True) -> list[np.ndarray]:
+        """Tokens of ``messages``, one array per message (not joined: the caller joins
+        them once, with what surrounds them); ``at_start`` when they open the context
+        (the first piece differs).
 
         An assistant turn in history is tokenized as it was generated — generation
         prompt, output, trailer — so history never re-tokenizes what the policy sampled.
@@ -259,9 +271,7 @@ class _PieceCache:
             if key not in self._pieces:
                 out, trailer = self._output_pair(m)
                 self._pieces[key] = np.concatenate([self.generation_prompt(), out, trailer])
-        if not keys:
-            return np.zeros(0, dtype=np.int32)
-        return np.concatenate([self._pieces[k] for k in keys])
+        return [self._pieces[k] for k in keys]
 
     @staticmethod
     def _as_turn(key: tuple[str, bool], m: MessageEvent) -> bool:

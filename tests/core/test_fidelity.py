@@ -47,6 +47,13 @@ def test_an_opaque_item_flags_the_segments_whose_context_holds_it(renderer):
     assert _fidelity(renderer, rollout) == [["exact"], ["opaque_summary"]]
 
 
+def test_a_synthesized_call_flags_the_segment_that_holds_it_without_any_entry(renderer):
+    """A call seam wrote (``meta.synthesized_call``) gives its reason to the segment whose
+    spans hold it, even when the rollout's meta names no fidelity entry."""
+    rollout = _with(three_call_rollout(), a3={"synthesized_call": "synthesized_summary_call"})
+    assert _fidelity(renderer, rollout) == [["exact"], ["synthesized_summary_call"]]
+
+
 def test_redacted_reasoning_flags_the_segments_that_train_or_see_the_call(renderer):
     """Segments [a1, a2] and [a3] (a compaction between): a call without its reasoning
     text flags the segment that trains it, and the segments whose context holds it."""

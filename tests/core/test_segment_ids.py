@@ -217,3 +217,18 @@ def test_a_logged_output_whose_text_the_history_does_not_show_is_a_seam(renderer
     segments = Segmenter(renderer).segments(rollout)
     assert [s.seam_kind for s in segments] == ["none", "template"]
     assert [len(s.spans) for s in segments] == [2, 1]
+
+
+def test_the_engine_view_grown_by_chunks_knows_its_length_and_where_the_last_output_starts():
+    """The rendered path extends a segment by several chunks at once (trailer, new
+    messages, generation prompt); the drift window is measured from the last output's
+    start in the engine's view, so both lengths must count every chunk."""
+    from pipeline.core.seams import SegmentBuilder
+
+    seg = SegmentBuilder.opened_by(np.array([1, 2, 3], dtype=np.int32), "none", None)
+    seg.add_call(0, "action", np.array([10, 11], dtype=np.int32), False, None)
+    chunks = [np.array(c, dtype=np.int32) for c in ([9], [], [4, 5, 6], [7])]
+    seg.extend_engine_chunks(chunks)
+    seg.add_call(1, "action", np.array([12], dtype=np.int32), False, None)
+    assert seg.engine_output_start == 10 and seg.engine_length == 11
+    assert seg.engine_tokens().tolist() == [1, 2, 3, 10, 11, 9, 4, 5, 6, 7, 12]
