@@ -227,10 +227,31 @@ def run(args) -> int:
         raise UsageError(f"--upstream {upstream!r}: {exc}") from None
     try:
         # uvloop when installed (less CPU per call); asyncio's own loop otherwise
+        raise_open_files_limit()
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             return runner.run(_serve(web, gateway, recorder, args.host, args.port))
     finally:
         recorder.close()
+
+
+def raise_open_files_limit(ceiling: int = 1 << 20) -> int:
+    """Raise this process's soft limit on open files to its hard limit (at most
+    ``ceiling``); the soft limit it runs under. Each concurrent session holds two sockets
+    (the harness's and the engine's), so the common soft default of 1,024 would be a
+    hidden cap near 500 sessions (a connection past it is a 502 for its session)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX: nothing to raise
+        return -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = ceiling if hard == resource.RLIM_INFINITY else min(hard, ceiling)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):  # e.g. macOS's per-process maximum below the hard limit
+            pass
+    return soft
 
 
 async def _serve(web, gateway, recorder, host: str, port: int) -> int:

@@ -627,3 +627,21 @@ def test_the_gateway_gives_an_engine_that_never_answers_a_502_in_its_upstream_ti
     args = ["gateway", "--upstream", served.url + "/v1", "--out", str(gw.out.parent / "cli")]
     assert main([*args, "--upstream-connect-timeout", "0"]) == 2
     assert "--upstream-connect-timeout must be positive" in capsys.readouterr().err
+
+
+def test_the_gateway_raises_its_open_files_limit_to_the_hard_limit():
+    """Two sockets per concurrent session: a soft limit of 1,024 would cap it near 500."""
+    resource = pytest.importorskip("resource")
+    from pipeline.cli.gateway import raise_open_files_limit
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.skip("the hard limit leaves nothing to raise")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        expected = min(hard, 1 << 20) if hard != resource.RLIM_INFINITY else 1 << 20
+        assert raise_open_files_limit() == expected
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (expected, hard)
+        assert raise_open_files_limit(ceiling=100) == expected  # never lowered
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
