@@ -41,17 +41,10 @@ def register(sub) -> None:
     p.add_argument(
         "--port", type=int, default=8788, help="Port (default 8788; 0 picks a free one)."
     )
-    p.add_argument(
-        "--allow-host",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="Another name the fleet reaches the gateway by (repeatable). Requests whose Host "
-        "is not 127.0.0.1, localhost, [::1], --host or one of these are refused (403), and so "
-        "are browser requests from another Origin and POSTs that are not JSON (415): a web "
-        "page cannot use the gateway. With --host 0.0.0.0 the Host is not checked unless "
-        "--allow-host is given. See docs/gateway.md.",
-    )
+    from pipeline.common.http_guard import HostOptions
+    from pipeline.common.options import add_options
+
+    add_options(p, HostOptions)  # --allow-host, one definition with seam view/gateway
     p.add_argument(
         "--durability",
         choices=["group", "sync", "none"],

@@ -59,12 +59,8 @@ def register(sub) -> None:
         help="DuckDB memory for a filter, in MB (default 1024; the filter process may hold "
         "512 MB more).",
     )
-    p.add_argument(
-        "--allow-host",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="Also answer requests whose Host header is NAME (e.g. a name in /etc/hosts "
-        "for 127.0.0.1); repeatable.",
-    )
+    from pipeline.common.http_guard import HostOptions
+    from pipeline.common.options import add_options
+
+    add_options(p, HostOptions)  # --allow-host, one definition with seam view/gateway
     p.set_defaults(func=run)

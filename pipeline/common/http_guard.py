@@ -12,10 +12,34 @@ Both listen on 127.0.0.1 by default, where any web page the user opens can reach
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from pipeline.common.options import option
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """The names a server answers to besides loopback and its address: ``--allow-host``,
+    one definition for ``seam view`` and ``seam gateway``."""
+
+    allow_host: tuple[str, ...] = option(
+        factory=tuple,
+        flag="--allow-host",
+        repeatable=True,
+        metavar="NAME",
+        to_flag=list,
+        to_field=tuple,
+        help="Also answer requests whose Host header is NAME (repeatable): a name in "
+        "/etc/hosts for 127.0.0.1, or the name a fleet reaches the gateway by. Requests whose "
+        "Host is not 127.0.0.1, localhost, [::1], the listening address or one of these are "
+        "refused (403), and so are browser requests from another Origin: a web page cannot "
+        "use the server (docs/robustness.md). The gateway listening on 0.0.0.0 checks the "
+        "Host only when --allow-host is given (docs/gateway.md).",
+    )
 
 
 def names(listen_host: str | None, extra: tuple[str, ...] | list[str] = ()) -> set[str]:

@@ -55,6 +55,7 @@ class Option:
     metavar: str | None = None
     choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
     switch: bool = False  # a flag without a value (``store_true``)
+    repeatable: bool = False  # a flag given any number of times (argparse "append")
     # A flag whose value may be left out (argparse ``nargs="?"``): ``const`` is then its
     # value (``--synthesize-summary-calls`` alone: the packaged prompt).
     nargs: str | None = None
@@ -187,6 +188,8 @@ def _argparse_kwargs(field: dataclasses.Field) -> dict[str, Any]:
         kwargs["action"] = "store_true"
         return kwargs
     kwargs["default"] = default
+    if spec.repeatable:  # its default a list: argparse appends to a copy of it
+        kwargs["action"] = "append"
     if spec.type is not None:
         kwargs["type"] = spec.type
     if spec.metavar is not None:

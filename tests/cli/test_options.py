@@ -29,6 +29,7 @@ from pipeline.build.worker import WorkerConfig
 from pipeline.cli import build_parser, main
 from pipeline.common import options
 from pipeline.common.hashing import file_sha256
+from pipeline.common.http_guard import HostOptions
 from pipeline.sft.config import SftOptions
 from pipeline.sft.filter_options import FilterOptions
 from pipeline.sft.stage import SftStage
@@ -50,6 +51,8 @@ COMMANDS = (
     "show",
     "simulate",
     "train-step",
+    "gateway",
+    "view",
 )
 # Flag names that several commands take for what is, per command, a different thing (an
 # output file or a directory, a port, a seed) or, for --verify, one definition whose
@@ -61,7 +64,6 @@ PER_COMMAND = {
     "--port": "the gateway's or the viewer's port, each with its default",
     "--timeout": "an LLM request's seconds or a viewer filter's",
     "--model": "the judge's model name or the policy directory to train",
-    "--allow-host": "the gateway's or the viewer's extra Host names",
     "--api-key-env": "the LLM judge's key or the gateway engine's",
     "--capture": "the hook's capture directory (install) or a hook's own argument",
     "--html": "the report's file or show's page",
@@ -217,6 +219,7 @@ def _flag_fields() -> list[dataclasses.Field]:
         LlmJudgeOptions,
         PPOConfig,
         PlanOptions,
+        HostOptions,
     ):
         for f in options.flagged_fields(config):
             seen.setdefault(f.name, f)
@@ -619,3 +622,12 @@ def test_a_bad_value_is_one_line(flag, value, line, tmp_path, capsys):
     )
     assert capsys.readouterr().err == f"seam build-rl: error: {line}\n"
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", [["view", "d"], ["gateway", "--upstream", "u", "--out", "o"]])
+def test_allow_host_is_one_repeatable_flag_of_both_servers(command):
+    parser = build_parser()
+    given = parser.parse_args([*command, "--allow-host", "a.test", "--allow-host", "b.test"])
+    assert options.config_from_args(HostOptions, given) == HostOptions(("a.test", "b.test"))
+    assert parser.parse_args(command).allow_host == []  # argparse appended to a copy
+    assert options.config_from_args(HostOptions, parser.parse_args(command)) == HostOptions()
