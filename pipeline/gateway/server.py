@@ -116,6 +116,7 @@ class Session:
     # compare the history again. Matched by identity: it holds for exactly those lists.
     checked: list | None = None
     same_prefix: tuple[list, list, int] | None = None
+    checked_body: dict | None = None  # that body: its other members passed the check too
     # The last user message's text the summary prompts were searched in, and the finding:
     # an agent's last user message is often the same for many calls (its tool outputs
     # come as tool messages), and the case-blind search costs ~75 ns a character.
@@ -774,7 +775,10 @@ def _check_depth(body: dict, raw: bytes, session: Session) -> None:
     """``check_depth`` on a request body, skipping the part of its history (``messages``,
     or a Responses ``input``) that repeats the session's last checked request: an agent
     re-sends its whole history with every call, and walking it again cost ~1 ms per call
-    at 400 messages. The skipped messages sit at the same depth as when they passed."""
+    at 400 messages. The skipped messages sit at the same depth as when they passed.
+    Likewise the other members equal to that request's (``==``: the same structure, so
+    the same depth): a harness's tool schemas, re-sent with every call, are compared in C
+    instead of walked in Python."""
     key = "messages" if "messages" in body else "input"
     history, before = body.get(key), session.checked
     if (
@@ -783,13 +787,16 @@ def _check_depth(body: dict, raw: bytes, session: Session) -> None:
         and len(history) >= len(before)
         and history[: len(before)] == before
     ):
-        check_depth({**body, key: history[len(before) :]})  # short: no pass over raw
+        passed = session.checked_body or {}
+        rest = {k: v for k, v in body.items() if k != key and not (k in passed and passed[k] == v)}
+        rest[key] = history[len(before) :]
+        check_depth(rest)  # short: no pass over raw
         session.same_prefix = (history, before, len(before))
     else:
         check_depth(body, raw)
         session.same_prefix = None
     if isinstance(history, list):
-        session.checked = history
+        session.checked, session.checked_body = history, body
 
 
 def _free_later(value: Any) -> None:

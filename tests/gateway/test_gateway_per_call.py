@@ -4,6 +4,7 @@ check remembered per value (and bounded)."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 pytest.importorskip("aiohttp")
@@ -82,3 +83,35 @@ def test_a_failed_summary_rewrite_does_not_fail_the_call(tmp_path, capfd):
     assert "gateway.json not updated" in capfd.readouterr().err
     del recorder.write_manifest
     recorder.close()
+
+
+def test_the_depth_check_walks_only_what_changed(monkeypatch):
+    """A re-sent history and re-sent members equal to the last checked request's are not
+    walked again; a member that changed is, and fails the check when too deep."""
+    from pipeline.gateway import server
+    from pipeline.sources.limits import DepthError
+
+    walked: list[dict] = []
+    real = server.check_depth
+
+    def watching(obj, raw=None):
+        walked.append(obj)
+        return real(obj, raw)
+
+    monkeypatch.setattr(server, "check_depth", watching)
+    session = Session("r", "t")
+    tools = [{"type": "function", "function": {"parameters": {"a": {"b": [1]}}}}]
+    history = [{"role": "user", "content": "go"}]
+    body = {"model": "m", "messages": history, "tools": tools}
+    server._check_depth(body, orjson.dumps(body), session)
+    history = [*history, {"role": "assistant", "content": "ok"}]
+    same = {"model": "m", "messages": history, "tools": [dict(t) for t in tools]}
+    server._check_depth(same, orjson.dumps(same), session)
+    assert walked[-1] == {"messages": history[1:]}  # tools and model: equal, not walked
+    deep: dict = {}
+    for _ in range(150):
+        deep = {"x": deep}
+    changed = {"model": "m", "messages": [*history, {"role": "user", "content": "x"}]}
+    changed["tools"] = [{"type": "function", "function": {"parameters": deep}}]
+    with pytest.raises(DepthError):
+        server._check_depth(changed, orjson.dumps(changed), session)
