@@ -13,7 +13,7 @@ node can write (a shared filesystem).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import asdict
 
 import pyarrow as pa
@@ -124,6 +124,24 @@ def run_tasks_on_ray(
         compute=ray.data.ActorPoolStrategy(size=actors),
         num_cpus=1,
     )
-    for batch in results.iter_batches(batch_format="pyarrow", batch_size=None):
-        for result in batch.column("result").to_pylist():  # a pyarrow.Table: batch_format="pyarrow"
-            yield TaskResult.from_json(result)
+    finished = (
+        TaskResult.from_json(result)
+        for batch in results.iter_batches(batch_format="pyarrow", batch_size=None)
+        for result in batch.column("result").to_pylist()  # batch_format="pyarrow": a Table
+    )
+    yield from in_task_order(finished, tasks)
+
+
+def in_task_order(finished: Iterable[TaskResult], tasks: Sequence[Task]) -> Iterator[TaskResult]:
+    """``finished`` (results in the order their tasks completed) in the order of ``tasks``,
+    each as soon as every task before it has come back. Ray Data hands blocks back as the
+    actors finish them, not in the dataset's order (``preserve_order`` would also hold the
+    actors back), and the Executor protocol promises task order."""
+    order = {t.index: i for i, t in enumerate(tasks)}
+    waiting: dict[int, TaskResult] = {}
+    following = 0
+    for done in finished:
+        waiting[order[done.task]] = done
+        while following in waiting:
+            yield waiting.pop(following)
+            following += 1
