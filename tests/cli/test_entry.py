@@ -65,6 +65,10 @@ def test_entry_skips_the_teardown_only_after_a_build_and_alone(monkeypatch):
         raise _HardExit
 
     monkeypatch.setattr(cli, "main", lambda: 3)
+    # The threads alive besides this test's own (pytest-xdist's worker runs a few of its
+    # own): counted from here, so "alone" means no thread started after this point.
+    baseline, real_count = threading.active_count(), threading.active_count
+    monkeypatch.setattr(cli.threading, "active_count", lambda: real_count() - baseline + 1)
     monkeypatch.setattr(cli.atexit, "_run_exitfuncs", lambda: left.append("atexit"))
     monkeypatch.setattr(cli.os, "_exit", hard_exit)
     monkeypatch.setattr(sys, "argv", ["seam", "build-sft", "in.jsonl"])
