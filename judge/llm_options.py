@@ -7,6 +7,7 @@ the command line shows and the library uses."""
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from pipeline.common.options import option
@@ -69,7 +70,7 @@ class ClientConfig:
         True,
         flag="--no-json-mode",
         switch=True,
-        to_field=lambda off: not off,
+        to_field=operator.not_,  # the flag says off
         help="Do not send response_format={type: json_object} (for servers that reject it).",
     )
     # None: no cache (the library's default); the command line always names one.
@@ -84,7 +85,7 @@ class ClientConfig:
         True,
         flag="--no-cache",
         switch=True,
-        to_field=lambda off: not off,
+        to_field=operator.not_,  # the flag says off
         help="Neither read nor write the cache.",
     )
     price_in_per_mtok: float = option(  # currency units per 1M prompt tokens

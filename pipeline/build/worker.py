@@ -25,11 +25,12 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from multiprocessing import active_children, get_all_start_methods, get_context
+from multiprocessing import active_children, get_context
 from pathlib import Path
 
 import pyarrow.feather as feather
 
+from pipeline.build.forked import can_fork
 from pipeline.build.quarantine import NOT_WRITTEN, Share, TaskQuarantine
 from pipeline.build.stage import BuildStage, TaskStage
 from pipeline.build.steps import (
@@ -153,7 +154,7 @@ def start_pool(workers: int) -> ProcessPoolExecutor:
     local executor (``pipeline/build/executor.py``) and ``seam simulate`` alike. Ended by
     ``pool.shutdown(wait=True)`` (a sentinel each, then a join; no signal is sent), after
     ``kill_pool`` when it must stop at once."""
-    method = "fork" if "fork" in get_all_start_methods() else "spawn"
+    method = "fork" if can_fork() else "spawn"
     return ProcessPoolExecutor(
         max_workers=workers,
         mp_context=get_context(method),
