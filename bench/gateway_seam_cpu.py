@@ -32,7 +32,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from unittest import mock
 
 import orjson
 from aiohttp.streams import StreamReader
@@ -42,6 +41,20 @@ from bench.engine_stub import answer
 from bench.gateway_profile import TOOL_OUTPUT, _history
 from pipeline.gateway.recorder import Recorder
 from pipeline.gateway.server import TOKEN_ID_PARAMS, Gateway, GatewayConfig, event_loop_factory
+
+
+class _Protocol:
+    """The connection's protocol as the body's ``StreamReader`` sees it: reading is not
+    paused (a ``mock.Mock`` here cost ~35 µs per call in attribute and call bookkeeping,
+    which aiohttp's own protocol does not)."""
+
+    _reading_paused = False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        pass
 
 
 class _Transport:
@@ -83,7 +96,7 @@ async def measure(args: argparse.Namespace) -> dict:
     loop = asyncio.get_running_loop()
 
     def request(session: str, raw: bytes):
-        payload = StreamReader(mock.Mock(), 2**16, loop=loop)
+        payload = StreamReader(_Protocol(), 2**16, loop=loop)  # type: ignore[arg-type]
         payload.feed_data(raw)
         payload.feed_eof()
         headers = {"Host": "127.0.0.1:8788", "Content-Type": "application/json"}
