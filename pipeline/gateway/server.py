@@ -762,9 +762,17 @@ def event_loop_factory():
 async def _read_body(request: web.Request, timeout_s: float) -> bytes | None:
     """The request's body, or None when it did not arrive within ``timeout_s`` (a trickling
     body is dropped: 3,000 such connections were held for 90 s). A body already received
-    whole (most calls) is read without the timer (``wait_for`` makes a task per call)."""
-    if request.content.is_eof():
-        return await request.read()
+    whole (most calls) is read without the timer (``wait_for`` makes a task per call), and
+    as the chunks it came in: one chunk is the body itself, several are joined once
+    (``request.read()`` copies it twice, into a bytearray and then to bytes: ~0.1 ms of
+    CPU per call at a 160 KB history), under the same size cap."""
+    content = request.content
+    if content.is_eof():
+        data = content.read_nowait(-1)
+        limit = getattr(request, "client_max_size", MAX_REQUEST_BYTES)
+        if limit and len(data) > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(data))
+        return data if type(data) is bytes else bytes(data)
     try:
         return await asyncio.wait_for(request.read(), timeout_s)
     except TimeoutError:

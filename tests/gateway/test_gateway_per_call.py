@@ -115,3 +115,77 @@ def test_the_depth_check_walks_only_what_changed(monkeypatch):
     changed["tools"] = [{"type": "function", "function": {"parameters": deep}}]
     with pytest.raises(DepthError):
         server._check_depth(changed, orjson.dumps(changed), session)
+
+
+class _Protocol:
+    _reading_paused = False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        pass
+
+
+def _request(chunks: list[bytes], eof: bool = True, max_size: int = 1024):
+    import asyncio
+    from unittest import mock
+
+    from aiohttp.streams import StreamReader
+    from aiohttp.test_utils import make_mocked_request
+
+    payload = StreamReader(_Protocol(), 2**16, loop=asyncio.get_running_loop())  # type: ignore[arg-type]
+    for chunk in chunks:
+        payload.feed_data(chunk)
+    if eof:
+        payload.feed_eof()
+    transport = mock.Mock(is_closing=lambda: False)
+    return make_mocked_request(
+        "POST",
+        "/v1/chat/completions",
+        payload=payload,
+        transport=transport,
+        client_max_size=max_size,
+    )
+
+
+@pytest.mark.parametrize("chunks", [[], [b'{"a": 1}'], [b'{"a"', b": ", b"[1, 2]}"]])
+def test_a_body_received_whole_is_its_chunks_joined(chunks):
+    """The body at hand is taken as it came (one chunk: that very object, no copy), equal
+    to what ``request.read()`` gives, and the size cap still holds."""
+    import asyncio
+
+    from pipeline.gateway.server import _read_body
+
+    async def both() -> tuple[bytes | None, bytes]:
+        fast = await _read_body(_request(chunks), 5.0)
+        return fast, await _request(chunks).read()
+
+    fast, slow = asyncio.run(both())
+    assert fast == slow == b"".join(chunks) and type(fast) is bytes
+    if len(chunks) == 1:
+        assert fast is chunks[0]
+
+
+def test_a_body_over_the_cap_is_refused_whole_or_arriving():
+    import asyncio
+
+    from aiohttp import web
+
+    from pipeline.gateway.server import _read_body
+
+    async def read(eof: bool) -> None:
+        request = _request([b"x" * 600, b"y" * 600], eof=eof)
+        if not eof:
+            asyncio.get_running_loop().call_later(0.01, request.content.feed_eof)
+        await _read_body(request, 5.0)
+
+    for eof in (True, False):
+        with pytest.raises(web.HTTPRequestEntityTooLarge):
+            asyncio.run(read(eof))
+
+    # At the cap exactly: taken
+    async def at_cap() -> bytes | None:
+        return await _read_body(_request([b"x" * 1024]), 5.0)
+
+    assert asyncio.run(at_cap()) == b"x" * 1024
