@@ -136,8 +136,15 @@ def _build_and_verify(config, title: str, verify: str):
     # workers are elsewhere (Ray), in this process.
     workers = config.workers if ENGINES[config.engine].owns_cores else 1
     with result.build_times.step("verify", with_children=True):
+        # The build hashed its inputs and checked every block it read against them (or
+        # found them unchanged: up to date), so verify does not hash them again.
         status = audit_build(
-            result.out, verify, config.tokenizer, progress=config.progress, workers=workers
+            result.out,
+            verify,
+            config.tokenizer,
+            progress=config.progress,
+            workers=workers,
+            inputs_checked=True,
         )
     return result, status
 

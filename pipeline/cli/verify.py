@@ -14,16 +14,18 @@ def audit_build(
     per_rollout: bool = False,
     progress: bool = False,
     workers: int | None = None,
+    inputs_checked: bool = False,
 ) -> int:
     """Run the audit, print its counts, record them in ``manifest.json`` (key ``verify``);
     exit code 1 on any mismatch, each mismatch printed with its shard, row and rollout.
-    ``workers``: the processes that check the rollouts (default: every core)."""
+    ``workers``: the processes that check the rollouts (default: every core);
+    ``inputs_checked``: ``verify_build``'s (the build that just made ``out``)."""
     from rich.table import Table
 
     from pipeline.common.atomic import write_json
     from pipeline.inspect.verify import verify_build
 
-    result = verify_build(out, mode, tokenizer, progress, workers)
+    result = verify_build(out, mode, tokenizer, progress, workers, inputs_checked)
     if mode == "none":
         return 0
     manifest_path = Path(out) / "manifest.json"

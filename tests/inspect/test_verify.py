@@ -8,6 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -294,3 +295,51 @@ def test_relative_inputs_are_found_from_any_directory_while_build_and_inputs_sta
     assert main(["verify", str(tmp_path / "moved" / "out")]) == 2
     err = capsys.readouterr().err
     assert "input data/in.jsonl of the build is gone (looked from here and from" in err
+
+
+def test_row_text_slices_are_the_slices_decoded_alone_also_across_a_cut_character(renderer):
+    """``_RowText`` hands out a slice of the row decoded once only where the pieces
+    provably add up to the row (byte-level decoder, no U+FFFD); a cut inside a
+    multi-byte character, or a U+FFFD in the text itself, decodes every slice alone."""
+    from pipeline.inspect.verify import _pieces_add_up, _RowText
+
+    cut_inside = 0
+    for text in ("plain ascii, then a call", "naïve café — 🦜 parrot 𝔘 龘 ꙮ", "a \ufffd already"):
+        tokens = renderer.encode(text).astype(np.int64)
+        n = len(tokens)
+        for cut in range(1, n):
+            spans = [{"start": cut, "length": n - cut}]
+            row = _RowText(renderer, tokens, spans)
+            assert row.between(0, cut) == renderer.decode(tokens[:cut])
+            assert row.between(cut, n) == renderer.decode(tokens[cut:])
+            assert row.exact == (row.full == renderer.decode(tokens))
+            if _pieces_add_up(renderer, row.full):
+                assert row.full == renderer.decode(tokens)
+            cut_inside += not row.exact
+    assert cut_inside  # the emoji and the rare characters are byte tokens: some cuts split one
+
+
+def test_names_one_of_finds_any_rollout_id_field_as_the_regex_does():
+    from pipeline.inspect.verify import ROLLOUT_ID_FIELD, _names_one_of
+
+    def by_regex(record: bytes, ids: set[str]) -> bool:
+        for value in ROLLOUT_ID_FIELD.findall(record):
+            try:
+                if json.loads(value) in ids:
+                    return True
+            except ValueError:
+                return True
+        return False
+
+    records = [
+        b'{"rollout_id": "a", "meta": {"rollout_id": "b"}}',
+        b'{"parent_rollout_id": "b", "rollout_id" :\t"c"}',
+        b'"rollout_id""rollout_id": "b"',
+        b'{"rollout_id": "a\\"b"}',
+        b'{"rollout_id": "bad \\u12"}',
+        b'{"rollout_id": 7, "x": "rollout_id"}',
+        b'{"events": []}',
+    ]
+    for record in records:
+        for ids in ({"a"}, {"b"}, {"c"}, {'a"b'}, set()):
+            assert _names_one_of(record, ids) == by_regex(record, ids), (record, ids)
