@@ -60,7 +60,10 @@ class RequestParser:
     """Parses one session's requests (``parse``); keeps the previous request's bytes and
     where its history array is (memory: one request's bytes per session)."""
 
-    __slots__ = ("raw", "open_at", "close", "key", "items", "wait", "backoff", "hits", "min_bytes")
+    __slots__ = (
+        *("raw", "open_at", "close", "key", "items", "wait", "backoff", "hits", "min_bytes"),
+        "prior",
+    )
 
     def __init__(self, min_bytes: int = MIN_BYTES) -> None:
         self.min_bytes = min_bytes
@@ -71,10 +74,14 @@ class RequestParser:
         self.wait = 0  # requests to parse whole before searching for the array again
         self.backoff = 1
         self.hits = 0  # requests parsed from the previous one (for the tests)
+        # The previous request's history list when the last ``parse`` continued it: the
+        # new history starts with that list's very items (the same objects), else None.
+        self.prior: list | None = None
 
     def parse(self, raw: bytes, key: str) -> Any:
         """``orjson.loads(raw)`` (its errors too), with ``raw[key]``'s shared history not
         parsed again when ``raw`` continues the previous request of this parser."""
+        self.prior = None
         if len(raw) < self.min_bytes:
             self.raw = None
             return orjson.loads(raw)
@@ -122,6 +129,7 @@ class RequestParser:
         if body is None:
             return None
         body[key] = items = self.items + new
+        self.prior = self.items
         self.raw, self.close, self.items = raw, close, items
         return body
 

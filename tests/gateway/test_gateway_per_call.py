@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("aiohttp")
 
@@ -189,3 +191,102 @@ def test_a_body_over_the_cap_is_refused_whole_or_arriving():
         return await _read_body(_request([b"x" * 1024]), 5.0)
 
     assert asyncio.run(at_cap()) == b"x" * 1024
+
+
+_VALUE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "tool"]), "content": _VALUE}
+)
+# One step of a session: how the next request's history is made from the previous one.
+_STEP = st.tuples(
+    st.sampled_from(["extend", "extend", "extend", "rewrite", "same", "cut"]),
+    st.lists(_MESSAGE, max_size=3),
+    st.dictionaries(st.sampled_from(["model", "tools", "temperature", "user"]), _VALUE),
+    st.sampled_from([{}, {"logprobs": True, "return_token_ids": True}, {"stream": True}]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(first=st.lists(_MESSAGE, min_size=1, max_size=4), steps=st.lists(_STEP, max_size=8))
+def test_the_payload_is_the_serialized_request_byte_for_byte(first, steps):
+    """The upstream payload made from the history sent before (``_payload``) is the
+    bytes of ``orjson.dumps`` of the whole body, over sessions that extend, rewrite,
+    re-send or cut their history and change their other members."""
+    from pipeline.gateway.request_prefix import RequestParser
+    from pipeline.gateway.server import _payload
+
+    session = Session("r", "t", parser=RequestParser(min_bytes=0))
+    history = list(first)
+    for how, new, members, extra in steps:
+        if how == "extend":
+            history = [*history, *new]
+        elif how == "rewrite":
+            history = [*new, *history[1:]]
+        elif how == "cut":
+            history = history[: len(history) // 2]
+        raw = orjson.dumps({**members, "messages": history})
+        body = session.parser.parse(raw, "messages")
+        assert _payload(body, extra, session) == orjson.dumps({**body, **extra})
+
+
+def test_the_payload_reuses_the_history_sent_before():
+    """An agent's session: from the second call on, only the new messages are serialized
+    (counted by a watching ``orjson.dumps``), and the bytes are still the whole body's."""
+    from pipeline.gateway import server
+    from pipeline.gateway.request_prefix import RequestParser
+
+    session = Session("r", "t", parser=RequestParser(min_bytes=0))
+    history: list = [{"role": "system", "content": "s" * 100}]
+    sizes: list[int] = []
+    real = orjson.dumps
+
+    def watching(value, *args, **kwargs):
+        out = real(value, *args, **kwargs)
+        sizes.append(len(out))
+        return out
+
+    for i in range(6):
+        history = [*history, {"role": "user", "content": f"u{i} " * 50}]
+        raw = real({"model": "m", "messages": history, "tools": [{"t": i % 2}]})
+        body = session.parser.parse(raw, "messages")
+        sizes.clear()
+        server.orjson.dumps = watching  # type: ignore[attr-defined]
+        try:
+            payload = server._payload(body, {"logprobs": True}, session)
+        finally:
+            server.orjson.dumps = real  # type: ignore[attr-defined]
+        assert payload == real({**body, "logprobs": True})
+        if i:
+            assert max(sizes) < 400, sizes  # never the whole history again
+
+
+def test_kept_history_bytes_serve_only_the_list_they_were_made_from():
+    """The kept bytes are used for a history that continues the very list they were made
+    from (``parser.prior``), and none are kept for a history the parser does not follow
+    (a translated dialect's)."""
+    from pipeline.gateway.request_prefix import RequestParser
+    from pipeline.gateway.server import _payload
+
+    session = Session("r", "t", parser=RequestParser(min_bytes=0))
+    history = [{"role": "user", "content": "a"}]
+    body = session.parser.parse(orjson.dumps({"messages": history}), "messages")
+    _payload(body, {}, session)
+    assert session.sent is not None and session.sent[0] is body["messages"]
+    session.sent = ([{"role": "user", "content": "other"}], [b'{"stale":1}'])
+    history = [*history, {"role": "assistant", "content": "b"}]
+    body = session.parser.parse(orjson.dumps({"messages": history}), "messages")
+    assert session.parser.prior is not None  # continued, but not the list kept
+    assert _payload(body, {}, session) == orjson.dumps(body)
+    translated = {"messages": [dict(m) for m in body["messages"]]}
+    assert _payload(translated, {}, session) == orjson.dumps(translated)
+    assert session.sent is None
