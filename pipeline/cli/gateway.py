@@ -221,10 +221,34 @@ def run(args) -> int:
     try:
         # uvloop when installed (less CPU per call); asyncio's own loop otherwise
         raise_open_files_limit()
+        tune_gc()
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             return runner.run(_serve(web, gateway, recorder, args.host, args.port))
     finally:
         recorder.close()
+
+
+# The collector's first generation runs after this many more container allocations than
+# frees (Python's default is 700): see tune_gc.
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def tune_gc() -> None:
+    """Make the cyclic garbage collector cheap for a long-running gateway: what exists at
+    start (the modules, aiohttp, seam's code: ~60,000 objects) moves to the permanent
+    generation (``gc.freeze``), so full collections stop walking it, and the youngest
+    generation is collected after ``GC_YOUNG_THRESHOLD`` allocations instead of 700. At
+    700, each collection mostly walked the requests still in flight (64 sessions' parsed
+    bodies), and the survivors it promoted made the older generations run often: the
+    collector was ~0.1 ms of the gateway's ~0.9 ms CPU per call at 64 sessions. Garbage
+    in cycles is still collected, a little later (objects freed by their reference count,
+    most of a call's, are freed at once as before)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def raise_open_files_limit(ceiling: int = 1 << 20) -> int:
