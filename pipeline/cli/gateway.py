@@ -203,6 +203,7 @@ def run(args) -> int:
         full_every=args.full_every,
         client_timeout_s=args.client_timeout,
     )
+    raise_open_files_limit()  # before the recorder: it keeps logs open within the limit
     recorder = Recorder(
         Path(args.out),
         {
@@ -220,7 +221,6 @@ def run(args) -> int:
         raise UsageError(f"--upstream {upstream!r}: {exc}") from None
     try:
         # uvloop when installed (less CPU per call); asyncio's own loop otherwise
-        raise_open_files_limit()
         tune_gc()
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             return runner.run(_serve(web, gateway, recorder, args.host, args.port))

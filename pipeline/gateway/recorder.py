@@ -94,21 +94,99 @@ def _append_bytes(
     gets its newline back: the fragment stays a line of its own, which the readers
     quarantine with its reason, instead of swallowing this answered call (before, the
     call was appended to the fragment and lost at build time)."""
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    fd, size, cut = _open_append(path)
     try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            data = b"\n" + data
-        if finish is not None:
-            data = finish(data)
-        written = os.write(fd, data)
-        while written < len(data):  # a short write (rare): finish the same line
-            written += os.write(fd, data[written:])
+        _write_line(fd, b"\n" + data if cut else data, finish)
         if fsync:
             os.fsync(fd)
     finally:
         os.close(fd)
     return size == 0
+
+
+def _open_append(path: Path) -> tuple[int, int, bool]:
+    """(a descriptor appending to ``path``, created if need be, its size, whether its
+    last line was cut: it does not end in a newline)."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        cut = bool(size) and os.pread(fd, 1, size - 1) != b"\n"
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, size, cut
+
+
+def _write_line(fd: int, data: bytes, finish: Callable[[bytes], bytes] | None) -> None:
+    if finish is not None:
+        data = finish(data)
+    written = os.write(fd, data)
+    while written < len(data):  # a short write (rare): finish the same line
+        written += os.write(fd, data[written:])
+
+
+# Call logs kept open for appending (LogFiles), at most this many and an eighth of the
+# process's open-files limit (each session also holds two sockets); the least recently
+# written is closed past it.
+OPEN_LOGS = 512
+
+
+def _open_logs_cap() -> int:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 16
+    if soft == resource.RLIM_INFINITY:
+        return OPEN_LOGS
+    return max(4, min(OPEN_LOGS, soft // 8))
+
+
+class LogFiles:
+    """The append descriptors of the files being written, kept open between lines: opening,
+    checking the tail of and closing a session's log for every call was four system calls
+    more per call, each a release and re-take of the GIL on the event loop (py-spy: ~8% of
+    the gateway's event-loop samples at 64 sessions). The tail is checked when a file is
+    opened (``_append_bytes``'s repair of a cut line); after that every line is written
+    whole by this process (the lock keeps other gateways out), and a write that fails
+    closes the descriptor, so the next line opens and checks the file again. At most
+    ``cap`` stay open (the least recently written is closed): a fleet's finished sessions
+    do not hold descriptors. Calls of one file are written one at a time (the session's
+    lock, the side files' lock), possibly from a thread (a large line)."""
+
+    def __init__(self, cap: int | None = None) -> None:
+        self.cap = _open_logs_cap() if cap is None else cap
+        self._fds: dict[Path, int] = {}  # insertion-ordered: the least recent first
+        self._lock = threading.Lock()  # the dict, when a large line is written from a thread
+
+    def append(
+        self, path: Path, data: bytes, finish: Callable[[bytes], bytes] | None = None
+    ) -> bool:
+        """``_append_bytes`` (no fsync) on the kept descriptor: True when the file was new."""
+        with self._lock:
+            fd = self._fds.pop(path, None)
+        new = False
+        if fd is None:
+            fd, size, cut = _open_append(path)
+            new = size == 0
+            if cut:
+                data = b"\n" + data
+        try:
+            _write_line(fd, data, finish)
+        except BaseException:
+            os.close(fd)
+            raise
+        with self._lock:
+            self._fds[path] = fd
+            while len(self._fds) > self.cap:
+                os.close(self._fds.pop(next(iter(self._fds))))
+        return new
+
+    def close(self) -> None:
+        with self._lock:
+            while self._fds:
+                os.close(self._fds.popitem()[1])
 
 
 class Syncer:
@@ -250,10 +328,12 @@ class Recorder:
         self._logs: dict[str, Path] = {}  # rollout id -> its call log
         self._side_lock = asyncio.Lock()
         self._rewards: dict[str, dict] | None = None  # rollout id -> its recorded outcome
+        self.files = LogFiles()
         self.write_manifest()
 
     def close(self) -> None:
         self.syncer.drain_blocking()  # normally drained by the app's cleanup already
+        self.files.close()
         self.write_manifest()
         os.close(self._lock_fd)
 
@@ -355,9 +435,9 @@ class Recorder:
         # default: the engine's prompt ids kept as bytes are spliced in as they came
         data = orjson.dumps(record, default=raw_ids.default) + b"\n"
         if len(data) <= INLINE_WRITE_BYTES:  # a page-cache write: cheaper than a thread hop
-            new = _append_bytes(path, data, finish=finish)
+            new = self.files.append(path, data, finish)
         else:
-            new = await asyncio.to_thread(_append_bytes, path, data, False, finish)
+            new = await asyncio.to_thread(self.files.append, path, data, finish)
         waiter = self.syncer.written(path, new)
         if waiter is not None:
             await waiter

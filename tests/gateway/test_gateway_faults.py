@@ -6,13 +6,15 @@ finite reward."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import orjson
 import pytest
 import requests
 
-from pipeline.gateway.recorder import _append_line, check_id
+from pipeline.gateway import recorder
+from pipeline.gateway.recorder import LogFiles, _append_line, check_id
 from tests.gateway.builds import calls_of
 
 openai = pytest.importorskip("openai")
@@ -50,6 +52,45 @@ def test_a_cut_last_line_does_not_swallow_the_next_call(tmp_path):
     lines = log.read_bytes().splitlines()
     assert lines[0] == b'{"call":1}' and lines[1] == b'{"call": 2, "respo'
     assert orjson.loads(lines[2]) == {"call": 3}
+
+
+def test_kept_open_logs_repair_a_cut_tail_after_a_failed_write(tmp_path, monkeypatch):
+    """LogFiles keeps each log open between lines: a file is checked for a cut last line
+    when opened, and a write that fails (a full disk after half the line) closes its
+    descriptor, so the next line opens the file again and is not glued to the fragment."""
+    files = LogFiles(cap=8)
+    log = tmp_path / "s.jsonl"
+    assert files.append(log, b'{"call":1}\n') is True  # new: its directory needs an fsync
+    real_write = os.write
+
+    def half_then_full(fd, data):
+        monkeypatch.setattr(recorder.os, "write", real_write)
+        real_write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(recorder.os, "write", half_then_full)
+    with pytest.raises(OSError):
+        files.append(log, b'{"call":2,"response":1}\n')
+    assert files.append(log, b'{"call":3}\n') is False
+    files.close()
+    lines = log.read_bytes().splitlines()
+    assert lines == [b'{"call":1}', b'{"call":2,"r', b'{"call":3}']
+
+
+def test_kept_open_logs_are_capped(tmp_path):
+    """At most ``cap`` logs stay open; the least recently written is closed first."""
+    files = LogFiles(cap=2)
+    paths = [tmp_path / f"s{i}.jsonl" for i in range(3)]
+    for path in (*paths, paths[1], paths[0]):
+        files.append(path, b"{}\n")
+    assert list(files._fds) == [paths[1], paths[0]]
+    fds = list(files._fds.values())
+    files.close()
+    assert files._fds == {}
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    assert [p.read_bytes() for p in paths] == [b"{}\n{}\n", b"{}\n{}\n", b"{}\n"]
 
 
 @pytest.mark.parametrize("value", ["abc\n", "abc\n\n", "\nabc", "a/b", "..", "a..b", ""])
