@@ -191,6 +191,7 @@ class Gateway:
         # retry that succeeded without them; see _forward).
         self.models_without_ids: set[str] = set()
         self.summary_re = re.compile("|".join(f"(?:{p})" for p in config.summary_prompts), re.I)
+        self.summary_starts = _literal_starts(config.summary_prompts)
         # The names it answers to, fixed at start (they were worked out on every call).
         self._allowed = http_guard.names(config.listen_host, config.allow_hosts)
         self._checks_host = bool(
@@ -580,7 +581,14 @@ class Gateway:
         memo = session.summary_memo
         if memo is not None and memo[0] == text:
             return memo[1]
-        found = bool(self.summary_re.search(text))
+        starts = self.summary_starts
+        if starts is not None and text.isascii():
+            # Every match starts with one of the prompts' leading text (``_literal_starts``):
+            # where none occurs, the regex (~75 ns a character) has nothing to find.
+            lowered = text.lower()
+            found = any(start in lowered for start in starts) and bool(self.summary_re.search(text))
+        else:
+            found = bool(self.summary_re.search(text))
         session.summary_memo = (text, found)
         return found
 
@@ -845,6 +853,37 @@ def _payload(body: dict, extra: dict, session: Session | None) -> bytes:
     head, _, tail = orjson.dumps(merged).partition(SENTINEL)
     session.sent = (history, pieces)
     return b"".join((head, b"[", *pieces, b"]", tail))
+
+
+def _literal_starts(patterns: Iterable[str]) -> tuple[str, ...] | None:
+    """The text each of ``patterns`` starts with (its leading literal characters, at least
+    3, ASCII, lowercased), or None when one does not start so. A case-blind match of a
+    pattern in ASCII text begins with that pattern's text up to case (ASCII letters are
+    case-equivalent only to their other case), so ASCII text in whose lowercased form none
+    of them occurs holds no match. Read from the patterns as Python's own parser reads
+    them (an alternation, a group, a class or an escape class is no literal; a character
+    before a quantifier is not taken: the quantifier is its own item)."""
+    import importlib
+
+    try:
+        sre_parse = importlib.import_module("re._parser")  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.10
+        sre_parse = importlib.import_module("sre_parse")
+    starts = []
+    for pattern in patterns:
+        try:
+            items = list(sre_parse.parse(pattern, re.I))
+        except Exception:  # the compiled regex reports a bad pattern; no shortcut here
+            return None
+        chars = []
+        for op, value in items:
+            if op is not sre_parse.LITERAL or value >= 128:
+                break
+            chars.append(chr(value))
+        if len(chars) < 3:
+            return None
+        starts.append("".join(chars).lower())
+    return tuple(starts) or None
 
 
 def _free_later(value: Any) -> None:

@@ -39,6 +39,7 @@ def test_the_summary_search_is_remembered_for_the_same_text_only(gateway):
             return real.search(text)
 
     gateway.summary_re = Counting()
+    gateway.summary_starts = None  # every text searched (the shortcut has its own test)
     session = Session("r", "t")
     prompt = "Now create a detailed summary of the conversation so far."
     verdicts = [
@@ -290,3 +291,55 @@ def test_kept_history_bytes_serve_only_the_list_they_were_made_from():
     translated = {"messages": [dict(m) for m in body["messages"]]}
     assert _payload(translated, {}, session) == orjson.dumps(translated)
     assert session.sent is None
+
+
+_PIECES = st.sampled_from(
+    [
+        "create a detailed summary of the conversation",
+        "Context Checkpoint Compaction",
+        "context-aware state summary",
+        "summarize the conversation so far",
+        "Summarise The Conversation Above",
+        "summari",
+        "compact",
+        "ſummary",  # U+017F: case-equivalent to "s"
+        "ſummarize the conversation so far",
+        "chec\u212apoint",  # U+212A KELVIN SIGN: case-equivalent to "k"
+        "K",
+        " ",
+        "x",
+        "\u00e9",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pieces=st.lists(st.tuples(_PIECES, st.sampled_from(["same", "upper", "lower", "swap"]))),
+    patterns=st.sampled_from(
+        [
+            None,
+            ("summari[sz]e", r"check\s*point"),
+            ("abc|compact",),
+            ("ſummary",),
+            ("CONTEXT CHECKPOINT", "summ?ary"),
+        ]
+    ),
+)
+def test_the_summary_search_shortcut_finds_what_the_regex_finds(tmp_path_factory, pieces, patterns):
+    """ASCII text in which no prompt's leading text occurs is not searched; the verdict is
+    the regex's on every text (mixed case, non-ASCII look-alikes, prompts that have no
+    leading text to look for)."""
+    cased = {"same": str, "upper": str.upper, "lower": str.lower, "swap": str.swapcase}
+    text = "".join(cased[how](piece) for piece, how in pieces)
+    config = GatewayConfig(upstream="http://127.0.0.1:9/v1")
+    if patterns is not None:
+        config.summary_prompts = patterns
+    recorder = Recorder(tmp_path_factory.mktemp("out"), {"upstream": "test"})
+    try:
+        gateway = Gateway(config, recorder)
+        body = {"messages": [{"role": "user", "content": text}]}
+        expected = bool(gateway.summary_re.search(text))
+        assert gateway._is_summary_request(body, Session("r", "t")) is expected
+    finally:
+        recorder.close()
