@@ -39,6 +39,8 @@ class CallContext(Sequence[MessageEvent]):
         return self._n
 
     def __getitem__(self, i):
+        if type(i) is int and 0 <= i < self._n:  # the common case, checked first
+            return self._items[i]
         if isinstance(i, slice):
             return tuple(self._items[slice(*i.indices(self._n))])
         if not -self._n <= i < self._n:

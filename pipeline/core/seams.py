@@ -111,6 +111,14 @@ class SegmentBuilder:
             self.chunks.append(ids)
             self.length += len(ids)
 
+    def add_chunks(self, chunks: list[np.ndarray]) -> None:
+        """``add`` each of ``chunks``, in order."""
+        for ids in chunks:
+            n = len(ids)
+            if n:
+                self.chunks.append(ids)
+                self.length += n
+
     def add_call(
         self,
         call_index: int,

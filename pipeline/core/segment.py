@@ -75,8 +75,7 @@ class Segmenter:
                     trigger = call.rewrite.trigger if call.rewrite else None
                     seg = self._start(call, pieces, kind, trigger)
                 else:
-                    for ids in tail:
-                        seg.add(ids)
+                    seg.add_chunks(tail)
             out = self._output(call, pieces)
             logprobs = call.message.logprobs
             seg.add_call(
@@ -132,17 +131,18 @@ class Segmenter:
         """The tokens to append before ``call``'s output (as consecutive chunks: the
         segment joins its chunks once, when it is finished), or None at a seam."""
         now = call.context
+        done = 0 if rendered is None else len(rendered)
         if (
             rendered is not None
             and call.message.prompt_ids is None
-            and len(now) > len(rendered)
+            and len(now) > done
             and now.extends(rendered)
-            and now[len(rendered)].id == prev.message.id
+            and now[done].id == prev.message.id
         ):
-            rendered_out = pieces.output(prev)
+            rendered_out, trailer = pieces.output_pair(prev)
             tail = [
-                pieces.trailer(prev),
-                *pieces.context_chunks(now[len(rendered) + 1 :], False),
+                trailer,
+                *pieces.context_chunks(now[done + 1 :], False),
                 pieces.generation_prompt(),
             ]
             if prev.message.output_ids is None or np.array_equal(prev_out, rendered_out):
@@ -196,7 +196,11 @@ class _PieceCache:
             for m in e.context
             if isinstance(m, MessageEvent)
         ]
-        firsts = {c.context[0].id: c.context[0] for c in calls if c.context}
+        firsts: dict[str, MessageEvent] = {}  # each context's first message, by id
+        for c in calls:
+            if len(c.context):
+                first = c.context[0]
+                firsts[first.id] = first
         jobs: list[tuple[str, Any]] = []
         texts: list[str] = []
 
@@ -257,6 +261,16 @@ class _PieceCache:
         An assistant turn in history is tokenized as it was generated — generation
         prompt, output, trailer — so history never re-tokenizes what the policy sampled.
         """
+        # Most calls: every message already encoded (``prefetch``), its chunk taken as
+        # it is; else the messages are rendered and encoded below.
+        pieces, found = self._pieces, []
+        for i, m in enumerate(messages):
+            ids = pieces.get((m.id, at_start and i == 0))
+            if ids is None:
+                break
+            found.append(ids)
+        else:
+            return found
         keys = [(m.id, at_start and i == 0) for i, m in enumerate(messages)]
         todo = [
             (k, m)
@@ -287,6 +301,10 @@ class _PieceCache:
 
     def output(self, call: CallView) -> np.ndarray:
         return self._output_pair(call.message, call.context)[0]
+
+    def output_pair(self, call: CallView) -> tuple[np.ndarray, np.ndarray]:
+        """``output`` and ``trailer`` of one call at once."""
+        return self._output_pair(call.message, call.context)
 
     def trailer(self, call: CallView) -> np.ndarray:
         return self._output_pair(call.message, call.context)[1]
