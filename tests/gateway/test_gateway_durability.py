@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import sys
 import threading
 import time
 
@@ -101,6 +102,48 @@ def test_concurrent_calls_share_fsync_rounds(engine, start_gateway):
             assert len(synced) == 32 and syncer.rounds <= 16, syncer.rounds
         else:
             assert len(synced) < 32 and syncer.rounds < 16
+
+
+def test_sync_answers_only_after_its_syncfs_round(engine, start_gateway):
+    """With ``syncfs`` (Linux's default), a round is one call per filesystem, not one
+    fsync per file: a ``sync`` answer still waits for the round that covers its line."""
+    fsyncs, syncfs = Fsyncs(), Fsyncs(hold=True)
+    options = {"durability": "sync", "fsync": fsyncs, "syncfs": syncfs}
+    gw = start_gateway(engine, recorder_options=options)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(_post, gw.base("t", "s1"))
+        assert syncfs.started.wait(30)
+        time.sleep(0.3)
+        assert (gw.out / "calls" / "s1.jsonl").read_bytes().endswith(b"}}\n")
+        assert not answer.done()
+        syncfs.release.set()
+        assert answer.result(30).status_code == 200
+    assert fsyncs.done == []
+    assert [path for _, path in syncfs.done] == [str(gw.out / "calls")]
+
+
+def test_syncfs_rounds_are_one_call_per_filesystem(engine, start_gateway):
+    """8 sessions, 4 calls each, at once: every round is one ``syncfs`` (all the logs are
+    on one filesystem), however many files it covers; ``sync`` rounds are shared."""
+    for mode in ("sync", "group"):
+        fsyncs, syncfs = Fsyncs(), Fsyncs(delay_s=0.02)
+        options = {"durability": mode, "fsync": fsyncs, "syncfs": syncfs}
+        gw = start_gateway(engine, name=mode, recorder_options=options)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(_four_calls, [gw.base("t", f"{mode}{i}") for i in range(8)]))
+        syncer = gw.recorder.syncer
+        gw.stop()  # drains
+        assert fsyncs.done == [] and syncer.errors == []
+        assert len(syncfs.done) == syncer.rounds and 0 < syncer.rounds < 16, syncer.rounds
+
+
+def test_the_default_rounds_on_linux_are_syncfs(engine, start_gateway):
+    gw = start_gateway(engine, recorder_options={"durability": "sync"})
+    assert _post(gw.base("t", "d1")).status_code == 200
+    syncer = gw.recorder.syncer
+    if sys.platform.startswith("linux"):
+        assert syncer.syncfs is not None
+    assert syncer.rounds >= 1 and syncer.errors == []
 
 
 def _four_calls(base: str) -> None:
