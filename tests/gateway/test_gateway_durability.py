@@ -52,21 +52,31 @@ def _post(url: str, content: str = "hi") -> requests.Response:
     return requests.post(url + "/v1/chat/completions", json=body, timeout=60)
 
 
-def test_sync_answers_only_after_the_line_is_fsynced(engine, start_gateway):
-    fsyncs = Fsyncs(hold=True)
-    gw = start_gateway(engine, recorder_options={"durability": "sync", "fsync": fsyncs})
+@pytest.mark.parametrize("rounds", ["fsync", "syncfs"])
+def test_sync_answers_only_after_the_line_is_durable(engine, start_gateway, rounds):
+    """Rounds of fsync (one per file, and a new file's directory), or of syncfs (Linux's
+    default: one call per filesystem): either way a ``sync`` answer waits for its round."""
+    fsyncs, syncfs = Fsyncs(hold=True), Fsyncs(hold=True)
+    options = {"durability": "sync", "fsync": fsyncs}
+    if rounds == "syncfs":
+        options["syncfs"] = syncfs
+    held = syncfs if rounds == "syncfs" else fsyncs
+    gw = start_gateway(engine, recorder_options=options)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         answer = pool.submit(_post, gw.base("t", "s1"))
-        assert fsyncs.started.wait(30)
+        assert held.started.wait(30)
         time.sleep(0.3)
-        # The line is written (a killed gateway keeps it) but not yet fsync'd: no answer.
+        # The line is written (a killed gateway keeps it) but not yet durable: no answer.
         assert (gw.out / "calls" / "s1.jsonl").read_bytes().endswith(b"}}\n")
         assert not answer.done()
-        fsyncs.release.set()
+        held.release.set()
         assert answer.result(30).status_code == 200
-    synced = [path for _, path in fsyncs.done]
-    assert str(gw.out / "calls" / "s1.jsonl") in synced
-    assert str(gw.out / "calls") in synced  # a new file: its directory entry too
+    synced = [path for _, path in held.done]
+    if rounds == "syncfs":
+        assert fsyncs.done == [] and synced == [str(gw.out / "calls")]
+    else:
+        assert str(gw.out / "calls" / "s1.jsonl") in synced
+        assert str(gw.out / "calls") in synced  # a new file: its directory entry too
 
 
 def test_group_answers_at_once_and_fsyncs_in_the_background(engine, start_gateway):
@@ -102,24 +112,6 @@ def test_concurrent_calls_share_fsync_rounds(engine, start_gateway):
             assert len(synced) == 32 and syncer.rounds <= 16, syncer.rounds
         else:
             assert len(synced) < 32 and syncer.rounds < 16
-
-
-def test_sync_answers_only_after_its_syncfs_round(engine, start_gateway):
-    """With ``syncfs`` (Linux's default), a round is one call per filesystem, not one
-    fsync per file: a ``sync`` answer still waits for the round that covers its line."""
-    fsyncs, syncfs = Fsyncs(), Fsyncs(hold=True)
-    options = {"durability": "sync", "fsync": fsyncs, "syncfs": syncfs}
-    gw = start_gateway(engine, recorder_options=options)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        answer = pool.submit(_post, gw.base("t", "s1"))
-        assert syncfs.started.wait(30)
-        time.sleep(0.3)
-        assert (gw.out / "calls" / "s1.jsonl").read_bytes().endswith(b"}}\n")
-        assert not answer.done()
-        syncfs.release.set()
-        assert answer.result(30).status_code == 200
-    assert fsyncs.done == []
-    assert [path for _, path in syncfs.done] == [str(gw.out / "calls")]
 
 
 def test_syncfs_rounds_are_one_call_per_filesystem(engine, start_gateway):
