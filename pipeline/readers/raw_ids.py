@@ -28,13 +28,16 @@ _NOT_ID_BYTES = b"0123456789,"
 
 
 class RawIds:
-    """A list of token ids as the canonical body of its JSON array (between the brackets),
-    with its length."""
+    """A list of token ids as the canonical body of its JSON array (between the brackets;
+    digits and commas, or ``-`` from ``of``: never a ``]``), with its length; ``base``: ids
+    these were checked to start with (whole ids) when they were cut out, so that
+    ``common_prefix`` does not compare those bytes again. A hint, used once: a chain of
+    them would keep every earlier prompt of a session alive."""
 
-    __slots__ = ("body", "count")
+    __slots__ = ("body", "count", "base")
 
-    def __init__(self, body: bytes, count: int):
-        self.body, self.count = body, count
+    def __init__(self, body: bytes, count: int, base: RawIds | None = None):
+        self.body, self.count, self.base = body, count, base
 
     @classmethod
     def of(cls, ids: list | RawIds) -> RawIds:
@@ -99,20 +102,31 @@ def split_prompt_ids(data: bytes, known: RawIds | None = None) -> tuple[Any, Raw
     if start <= 0 or data[start - 1] == 92:  # 92: a backslash, the quote is escaped
         return None
     begin = start + len(KEY)
-    end = data.find(b"]", begin)
+    # The known prefix compared where it stands (one memcmp; its bytes hold no "]", so the
+    # array's end is searched for only after it)
+    extends = (
+        known is not None
+        and known.count > 0
+        and data.startswith(known.body, begin)
+        and data[begin + len(known.body) : begin + len(known.body) + 1] in (b",", b"]")
+    )
+    end = data.find(b"]", begin + len(known.body) if extends and known else begin)
     if end == -1 or data.find(b'"prompt_token_ids"') != start:
         return None
     if data.find(b'"prompt_token_ids"', end) != -1:
         return None
     body = data[begin:end]
-    if known is not None and _extends(body, known):
+    if extends:
+        assert known is not None
         checked, count = len(known.body) + 1, known.count
     else:
         checked, count = 0, 0
     new = body[checked:]
     if not canonical(new):
         return None
-    ids = RawIds(body, count + (new.count(b",") + 1 if new else 0))
+    ids = RawIds(body, count + (new.count(b",") + 1 if new else 0), known if extends else None)
+    if known is not None:
+        known.base = None  # no chain
     rest = data[:start] + b'"prompt_token_ids":null' + data[end + 1 :]
     try:
         parsed = orjson.loads(rest)
@@ -138,7 +152,8 @@ def common_prefix(ids: RawIds, prompt: RawIds, output: list) -> tuple[int, RawId
     that differs earlier (rare: the delta log starts a new chain when the messages
     differ) is compared on whole lists."""
     a = ids.body
-    if prompt.count and not _extends(a, prompt):
+    checked, ids.base = ids.base is prompt, None  # the hint is used once
+    if prompt.count and not (checked or _extends(a, prompt)):
         base = prompt.to_list() + output
         mine = ids.to_list()
         kept = 0

@@ -193,3 +193,22 @@ def test_an_output_not_all_ints_is_matched_id_by_id():
         assert raw_ids._output_kept(a, 1, True, output) == raw_ids._output_kept_each(
             a, 1, True, output
         )
+
+
+def test_the_checked_prefix_hint_is_used_once_and_never_chains():
+    """Ids cut out after a known prefix remember it (``base``) for the delta's common
+    prefix, which then needs no second comparison; the hint goes once used, and an
+    earlier prompt is never kept alive by a chain of them."""
+    first = split_prompt_ids(b'{"prompt_token_ids":[1,2],"choices":[]}')
+    assert first is not None and first[1].base is None
+    second = split_prompt_ids(b'{"prompt_token_ids":[1,2,3],"choices":[]}', first[1])
+    assert second is not None and second[1].base is first[1]
+    third = split_prompt_ids(b'{"prompt_token_ids":[1,2,3,4],"choices":[]}', second[1])
+    assert third is not None and third[1].base is second[1] and second[1].base is None
+    kept, rest = common_prefix(third[1], second[1], [4])
+    assert (kept, rest.count, third[1].base) == (4, 0, None)
+    # not a prefix: no hint
+    other = split_prompt_ids(b'{"prompt_token_ids":[1,2,5],"choices":[]}', RawIds(b"1,2,3", 3))
+    assert other is not None and other[1].base is None
+    short = split_prompt_ids(b'{"prompt_token_ids":[1,23],"choices":[]}', RawIds(b"1,2", 2))
+    assert short is not None and short[1].base is None and short[1].count == 2
