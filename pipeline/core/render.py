@@ -33,6 +33,7 @@ import orjson
 
 from pipeline.common.errors import SeamError
 from pipeline.common.step_times import StepTimes
+from pipeline.core.junctions import Junctions, Piece, sub
 from pipeline.core.long_text import LONG_TEXT_CHARS, LongTextStats, encode_long
 from schemas.rollout import MessageEvent
 
@@ -120,6 +121,8 @@ class ChatRenderer:
         self._encode_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cached_tokens = 0
         self.long_texts = LongTextStats()  # texts encoded in pieces, and fallbacks
+        # Where a piece filled in by shape may be encoded as its parts (``junctions.py``).
+        self.junctions = Junctions.for_backend(self.backend)
         self.incremental = not full_render and probe_incremental(self)
 
     def _end_of_turn_text(self) -> str:
@@ -209,7 +212,7 @@ class ChatRenderer:
         if cut < 0:
             return assistant_text, ""
         cut += len(self.eos_text)
-        return assistant_text[:cut], assistant_text[cut:]
+        return sub(assistant_text, 0, cut), sub(assistant_text, cut)
 
     def output_text(
         self, call: dict, tools: list | None, context: Sequence[dict] | None = None
@@ -221,7 +224,7 @@ class ChatRenderer:
             piece = self.piece(call, False, tools)
             if not piece.startswith(gen):
                 raise TemplateError("assistant turn does not start with the generation prompt")
-            return self.split_output(piece[len(gen) :])
+            return self.split_output(sub(piece, len(gen)))
         if not context:
             raise TemplateError("an assistant call with an empty context")
         prompt = self.render(context, tools, True)
@@ -233,6 +236,31 @@ class ChatRenderer:
     # -- tokens -------------------------------------------------------------------------
     def encode_many(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each text (special tokens in the text are parsed), batched in Rust.
+
+        A piece filled in by shape (``junctions.Piece``) is encoded as its units: the
+        message's texts, and the template's text around them (cached), cut only where
+        ``junctions.py`` proves the ids are the whole piece's.
+        """
+        junctions = self.junctions
+        if junctions is None or not any(type(t) is Piece for t in texts):
+            return self._encode_texts(texts)
+        if self.times is not None:  # cutting into units is part of tokenizing
+            with self.times.step("tokenize"):
+                units = [junctions.units(t) if type(t) is Piece else None for t in texts]
+        else:
+            units = [junctions.units(t) if type(t) is Piece else None for t in texts]
+        flat = [u for t, us in zip(texts, units) for u in (us if us is not None else (t,))]
+        ids = iter(self._encode_texts(flat))
+        out = []
+        for us in units:
+            if us is None or len(us) == 1:
+                out.append(next(ids))
+            else:
+                out.append(np.concatenate([next(ids) for _ in us]))
+        return out
+
+    def _encode_texts(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Token ids of each text, whole.
 
         Rollouts of one collection repeat long texts: the system prompt with its tool
         definitions, the compaction prompt, the same file read by every rollout of a task

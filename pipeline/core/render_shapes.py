@@ -69,6 +69,7 @@ from pipeline.core.chat_jinja import (
     chat_environment,
     render_bounded_parts,
 )
+from pipeline.core.junctions import Piece
 
 # Strings whose value is part of a message's shape: a handful of values each, and templates
 # branch on them (``message.role == "user"``, ``call.type``).
@@ -417,7 +418,7 @@ class ShapeRenderer:
         self._template = None if self.refused else env.from_string(source)
         self._skeletons: dict[tuple, Skeleton | None] = {}
 
-    def piece(self, message: dict) -> str | None:
+    def piece(self, message: dict) -> Piece | None:
         if self._template is None:
             return None
         try:
@@ -432,19 +433,18 @@ class ShapeRenderer:
                 self._skeletons[shape] = skeleton
         if skeleton is None:
             return None
-        text = "".join(
-            [
-                part
-                if type(part) is str
-                else texts[part]
-                if type(part) is int
-                else part[0](texts[part[1]], *part[2], **part[3])
-                for part in skeleton
-            ]
-        )
-        if len(text) + len(self.base_text) > MAX_RENDERED_CHARS:
+        parts = [
+            part
+            if type(part) is str
+            else texts[part]
+            if type(part) is int
+            else part[0](texts[part[1]], *part[2], **part[3])
+            for part in skeleton
+        ]
+        if sum(map(len, parts)) + len(self.base_text) > MAX_RENDERED_CHARS:
             return None  # Jinja raises the size error
-        return text
+        # Which parts are the template's own text: what the tokenizer may cut at (``junctions``).
+        return Piece.of(parts, [type(part) is str for part in skeleton])
 
     def _analyse(self, template: jinja2.Template, message: dict, texts: list) -> Skeleton | None:
         """The skeleton of this shape's piece, or None when the render looked into a text."""
