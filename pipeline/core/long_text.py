@@ -131,6 +131,33 @@ def supports_pieces(backend) -> bool:
     return _cached_shape(backend) is not None
 
 
+def ascii_twin(backend):
+    """``backend`` without its normalizer, for texts that are all ASCII; None where that
+    could change an id.
+
+    Qwen2's normalizer is NFC, and NFC leaves every ASCII string as it is (an ASCII
+    character has no decomposition and combining class 0, and no composition has an
+    ASCII second character), so for an ASCII text — and each part of it between added
+    tokens — the normalizer is the identity, and skipping it gives the same ids for
+    about an eighth fewer instructions. The twin shares the model (no copy of the
+    vocabulary) and takes the same pre-tokenizer and added tokens at the same ids.
+    """
+    shape = _cached_shape(backend)
+    if shape is None or shape.normalize is None:
+        return None  # not a tokenizer the proofs cover, or nothing to skip
+    from tokenizers import Tokenizer
+
+    twin = Tokenizer(backend.model)
+    twin.pre_tokenizer = backend.pre_tokenizer
+    twin.post_processor = backend.post_processor
+    twin.decoder = backend.decoder
+    added = backend.get_added_tokens_decoder()
+    twin.add_tokens([added[i] for i in sorted(added)])
+    if twin.get_added_tokens_decoder() != added:
+        return None  # the added tokens did not land at their ids
+    return twin
+
+
 def _spans_added_token(text: str, b: int, added: tuple[str, ...]) -> bool:
     return any(
         text.startswith(token, b - i) for token in added for i in range(1, min(len(token), b + 1))

@@ -34,7 +34,7 @@ import orjson
 from pipeline.common.errors import SeamError
 from pipeline.common.step_times import StepTimes
 from pipeline.core.junctions import Junctions, Piece, sub
-from pipeline.core.long_text import LONG_TEXT_CHARS, LongTextStats, encode_long
+from pipeline.core.long_text import LONG_TEXT_CHARS, LongTextStats, ascii_twin, encode_long
 from schemas.rollout import MessageEvent
 
 if TYPE_CHECKING:
@@ -123,6 +123,8 @@ class ChatRenderer:
         self.long_texts = LongTextStats()  # texts encoded in pieces, and fallbacks
         # Where a piece filled in by shape may be encoded as its parts (``junctions.py``).
         self.junctions = Junctions.for_backend(self.backend)
+        # The same tokenizer without its normalizer, for ASCII texts (``ascii_twin``).
+        self.ascii_backend = ascii_twin(self.backend)
         self.incremental = not full_render and probe_incremental(self)
 
     def _end_of_turn_text(self) -> str:
@@ -299,20 +301,32 @@ class ChatRenderer:
 
     def _encode_uncached(self, texts: list[str]) -> list[np.ndarray]:
         """A text over ``LONG_TEXT_CHARS`` is encoded alone, in pieces proven to give the
-        same ids (``pipeline/core/long_text.py``); the others in one call."""
+        same ids (``pipeline/core/long_text.py``); the others in one call. ASCII texts
+        skip the normalizer (``long_text.ascii_twin``)."""
+        twin = self.ascii_backend
+        if twin is None:
+            return self._encode_with(self.backend, texts)
+        ascii = [t.isascii() for t in texts]
+        if all(ascii):
+            return self._encode_with(twin, texts)
+        if not any(ascii):
+            return self._encode_with(self.backend, texts)
+        done = iter(self._encode_with(twin, [t for t, a in zip(texts, ascii) if a]))
+        rest = iter(self._encode_with(self.backend, [t for t, a in zip(texts, ascii) if not a]))
+        return [next(done) if a else next(rest) for a in ascii]
+
+    def _encode_with(self, backend, texts: list[str]) -> list[np.ndarray]:
         if any(len(t) > LONG_TEXT_CHARS for t in texts):
             short = [t for t in texts if len(t) <= LONG_TEXT_CHARS]
-            done = iter(self._encode_uncached(short) if short else [])
+            done = iter(self._encode_with(backend, short) if short else [])
             return [
-                encode_long(self.backend, t, self.long_texts)
-                if len(t) > LONG_TEXT_CHARS
-                else next(done)
+                encode_long(backend, t, self.long_texts) if len(t) > LONG_TEXT_CHARS else next(done)
                 for t in texts
             ]
         encode = (
-            self.backend.encode_batch_fast
-            if hasattr(self.backend, "encode_batch_fast")
-            else self.backend.encode_batch
+            backend.encode_batch_fast
+            if hasattr(backend, "encode_batch_fast")
+            else backend.encode_batch
         )
         return [np.asarray(e.ids, dtype=np.int32) for e in encode(texts, add_special_tokens=False)]
 
