@@ -139,6 +139,8 @@ class Junctions:
         self._chars = frozenset("".join(added))
         self._longest = max(map(len, added), default=1)
         self._inside_cache: dict[str, tuple[int, ...]] = {}
+        self._closed_cache: dict[str, bool] = {}
+        self._near_cache: dict[tuple[str, int, str], int | None] = {}
         # The longest added token at a position first, so a match is the longest there.
         alternation = "|".join(map(re.escape, sorted(added, key=len, reverse=True))) or "(?!)"
         self._token = re.compile(alternation)
@@ -165,40 +167,74 @@ class Junctions:
         cuts: list[int] = []
         at = 0
         last = len(parts) - 1
+        near = self._near
         for i, part in enumerate(parts):
-            start, end = at, at + len(part)
-            at = end
+            start = at
+            at += len(part)
             if fixed[i]:
                 continue
             if i > 0:
-                self._cut_near(piece, start, parts[i - 1], fixed[i - 1], -1, cuts)
+                cut = near(piece, start, parts[i - 1], fixed[i - 1], -1)
+                if cut is not None:
+                    cuts.append(start + cut)
             if i < last:
-                self._cut_near(piece, end, parts[i + 1], fixed[i + 1], 1, cuts)
+                cut = near(piece, at, parts[i + 1], fixed[i + 1], 1)
+                if cut is not None:
+                    cuts.append(at + cut)
         if not cuts:
             return [piece]
-        bounds = [0, *sorted(set(cuts)), len(piece)]
+        if len(cuts) > 1:
+            cuts = sorted(set(cuts))
+        bounds = [0, *cuts, len(piece)]
         return [piece[a:z] for a, z in zip(bounds, bounds[1:])]
 
-    def _cut_near(
-        self, piece: str, b: int, neighbour: str, fixed: bool, side: int, cuts: list[int]
-    ) -> None:
-        """Cut at the junction ``b`` of a text with its ``neighbour`` part (before it:
-        ``side`` -1, after it: 1) or, when that is not proven and the neighbour is template
-        text, at the proven cut inside it nearest to ``b``."""
+    def _near(self, piece: str, b: int, neighbour: str, fixed: bool, side: int) -> int | None:
+        """Where to cut at the junction ``b`` of a text with its ``neighbour`` part (before
+        it: ``side`` -1, after it: 1), as an offset from ``b``: at ``b`` when proven, else
+        (template text only) at the proven cut inside the neighbour nearest to ``b``, else
+        None. Remembered per (template text, side, the text's character at ``b``) where
+        no added token can reach from the template text into a text (``_closed``) and
+        that character cannot start or end one: then nothing else decides."""
+        ch = piece[b] if side < 0 else piece[b - 1]
+        key = None
+        edge = self._firsts if side < 0 else self._lasts
+        if fixed and ch not in edge and self._closed(neighbour):
+            key = (neighbour, side, ch)
+            if key in self._near_cache:
+                return self._near_cache[key]
+        cut = self._find_near(piece, b, neighbour, fixed, side)
+        if key is not None and len(self._near_cache) < 65536:
+            self._near_cache[key] = cut
+        return cut
+
+    def _find_near(self, piece: str, b: int, neighbour: str, fixed: bool, side: int) -> int | None:
         if self.cuts(piece, b):
-            cuts.append(b)
-            return
+            return 0
         if not fixed:
-            return
+            return None
         inside = self._inside(neighbour)
-        if side < 0:  # the neighbour ends at b
-            candidates = [b - len(neighbour) + k for k in reversed(inside)]
-        else:
-            candidates = [b + k for k in inside]
-        for c in candidates:
-            if self.cuts(piece, c):
-                cuts.append(c)
-                return
+        offsets = [k - len(neighbour) for k in reversed(inside)] if side < 0 else list(inside)
+        for k in offsets:
+            if self.cuts(piece, b + k):
+                return k
+        return None
+
+    def _closed(self, text: str) -> bool:
+        """Whether no added token can overlap both ``text`` and a character outside it:
+        no token's proper prefix ends it, and no token's proper suffix starts it."""
+        found = self._closed_cache.get(text)
+        if found is None:
+            found = not any(
+                text.endswith(t[:k])
+                or t[:k].endswith(text)
+                or text.startswith(t[k:])
+                or t[k:].startswith(text)
+                for t in self.added
+                for k in range(1, len(t))
+            )
+            if len(self._closed_cache) < 4096:
+                self._closed_cache[text] = found
+        return found
 
     def _inside(self, text: str) -> tuple[int, ...]:
         """Positions inside template text where the rule may allow a cut (checked again
