@@ -343,3 +343,29 @@ def test_names_one_of_finds_any_rollout_id_field_as_the_regex_does():
     for record in records:
         for ids in ({"a"}, {"b"}, {"c"}, {'a"b'}, set()):
             assert _names_one_of(record, ids) == by_regex(record, ids), (record, ids)
+
+
+def test_rows_read_up_to_a_wanted_row_are_the_row_groups_rows(tmp_path):
+    """``_read_rows_to`` stops at the batch holding the last wanted row: the rows it
+    returns are the row group's, in order, with its schema (list and struct columns too)."""
+    from pipeline.inspect.verify import ROWS_PER_BATCH, _read_rows_to
+
+    n = 5 * ROWS_PER_BATCH + 3
+    table = pa.table(
+        {
+            "rollout_id": [f"r{i}" for i in range(n)],
+            "input_ids": [list(range(i % 7)) for i in range(n)],
+            "call_spans": [[{"start": i, "trained": i % 2 == 0}] for i in range(n)],
+        }
+    )
+    path = tmp_path / "s.parquet"
+    pq.write_table(table, path, row_group_size=2 * ROWS_PER_BATCH + 1)
+    with pq.ParquetFile(path) as f:
+        columns = ["rollout_id", "input_ids", "call_spans"]
+        for group in range(f.num_row_groups):
+            whole = f.read_row_group(group, columns=columns)
+            for last in range(whole.num_rows):
+                got = _read_rows_to(f, group, last, columns)
+                assert last < got.num_rows <= whole.num_rows
+                assert got.schema == whole.schema
+                assert got.equals(whole.slice(0, got.num_rows))
