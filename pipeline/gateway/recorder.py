@@ -214,6 +214,26 @@ def libc_syncfs() -> Callable[[int], None] | None:
 
 
 _DEFAULT = object()
+# Filesystems whose syncfs makes every file's data and names durable, as fsync would (a
+# journal or log commit and a cache flush). Elsewhere (a network or FUSE filesystem, where
+# syncfs may only write pages back) the rounds fsync each file.
+SYNCFS_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "tmpfs"})
+
+
+def filesystem_type(path: Path) -> str | None:
+    """The type of the filesystem ``path`` is on (Linux: ``/proc/self/mountinfo``, matched
+    by device number), or None when it cannot be told."""
+    try:
+        dev = os.stat(path).st_dev
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return None
+    wanted = f"{os.major(dev)}:{os.minor(dev)}"
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == wanted and " - " in line:
+            return line.split(" - ", 1)[1].split()[0]
+    return None
 
 
 class Syncer:
@@ -225,8 +245,9 @@ class Syncer:
     covers the line has made it durable (group commit); ``group`` mode: a round starts
     ``window_s`` after its first write and nobody waits for it; ``none``: nothing is synced.
 
-    A round is one ``syncfs`` per filesystem written (on Linux: ``libc_syncfs``), else one
-    ``fsync`` per file (and per directory that got a new file). With one ``fsync`` per file
+    A round is one ``syncfs`` per filesystem written (on Linux: ``libc_syncfs``; the
+    ``Recorder`` uses it only on ``SYNCFS_FILESYSTEMS``), else one ``fsync`` per file (and
+    per directory that got a new file). With one ``fsync`` per file
     a round cost ~0.2 ms of CPU and ~3.5 ms of wall time per file on ext4 (each fsync
     allocated its file's delayed blocks and committed the journal on its own): at 64
     sessions a round took ~220 ms, at 256 near a second, which is also how long a written
@@ -380,12 +401,16 @@ class Recorder:
         syncfs=_DEFAULT,
     ):
         self.out = Path(out)
-        self.syncer = Syncer(durability, window_s, fsync, syncfs)
         self.calls_dir = self.out / "calls"
         try:
             self.calls_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise RecorderError(f"--out {out}: cannot create it ({exc.strerror})") from None
+        if syncfs is _DEFAULT and fsync is os.fsync:  # syncfs where it is an fsync of all
+            dirs = (self.out, self.calls_dir)
+            local = all(filesystem_type(d) in SYNCFS_FILESYSTEMS for d in dirs)
+            syncfs = libc_syncfs() if local else None
+        self.syncer = Syncer(durability, window_s, fsync, syncfs)
         lock_path = self.out / ".gateway.lock"
         if lock_path.is_symlink():
             raise RecorderError(f"--out {out}: .gateway.lock is a symlink; remove it")

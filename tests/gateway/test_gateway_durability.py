@@ -138,6 +138,23 @@ def test_the_default_rounds_on_linux_are_syncfs(engine, start_gateway):
     assert syncer.rounds >= 1 and syncer.errors == []
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="syncfs is Linux's")
+def test_syncfs_only_on_filesystems_where_it_is_an_fsync_of_everything(tmp_path, monkeypatch):
+    """On a network or FUSE filesystem syncfs may only write pages back: the recorder's
+    rounds fsync each file there; on a local journaling one (or tmpfs) they use syncfs."""
+    from pipeline.gateway import recorder
+    from pipeline.gateway.recorder import Recorder
+
+    assert recorder.filesystem_type(tmp_path) is not None  # read from /proc/self/mountinfo
+    for kind, expected in (("ext4", True), ("nfs4", False), ("fuse.sshfs", False)):
+        monkeypatch.setattr(recorder, "filesystem_type", lambda path, kind=kind: kind)
+        rec = Recorder(tmp_path / kind, {"upstream": "test"}, durability="sync")
+        try:
+            assert (rec.syncer.syncfs is not None) is expected, kind
+        finally:
+            rec.close()
+
+
 def _four_calls(base: str) -> None:
     for k in range(4):
         assert _post(base, f"call {k}").status_code == 200
