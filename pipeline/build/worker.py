@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from multiprocessing import active_children, get_context
 from pathlib import Path
 
-import pyarrow.feather as feather
+import pyarrow as pa
+import pyarrow.ipc as ipc
 
 from pipeline.build.forked import can_fork
 from pipeline.build.quarantine import NOT_WRITTEN, Share, TaskQuarantine
@@ -189,6 +190,16 @@ def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
             raise
 
 
+def write_part(table: pa.Table, path: str) -> None:
+    """A task's rows as a zstd-compressed Arrow IPC file (Feather V2, what
+    ``feather.write_feather`` writes), compressed on this thread: a build worker owns
+    its core, and Arrow's thread pool compressing the buffers cost a fifth more CPU
+    (60 parts of text-500: 0.23 vs 0.18 CPU s, alternating, median of 5)."""
+    options = ipc.IpcWriteOptions(compression="zstd", use_threads=False)
+    with ipc.new_file(path, table.schema, options=options) as writer:
+        writer.write_table(table)
+
+
 def part_paths(out: str, index: int) -> tuple[Path, Path, Path]:
     base = Path(out) / ".parts" / f"part-{index:06d}"
     return (
@@ -323,7 +334,7 @@ def _run_timed_task(
     part_path.parent.mkdir(parents=True, exist_ok=True)
     with times.step("write part"):
         table = rows.batch.to_table()
-        atomic_write(part_path, lambda tmp: feather.write_feather(table, tmp, compression="zstd"))
+        atomic_write(part_path, lambda tmp: write_part(table, tmp))
         sink.quarantine.write(quarantine_path)  # 0600: raw session text
         groups = group_table(rows.batch.group_rows(), rows.rowless)
     if sink.quarantine.not_written:

@@ -201,7 +201,10 @@ def _write_shard(job) -> str:
     tables = []
     for task, offset, length in pieces:
         (adv, sizes), left_out = stats[task]
-        part = feather.read_table(part_paths(out, task)[0], memory_map=False)
+        # On this thread: the shards are already written on one thread each, and Arrow's
+        # pool decompressing a part's buffers cost a third more CPU (0.13 vs 0.08 s for
+        # the 60 parts of text-500, median of 5).
+        part = feather.read_table(part_paths(out, task)[0], memory_map=False, use_threads=False)
         if left_out:
             keep = pc.invert(pc.is_in(part[ROLLOUT_ORDINAL], pa.array(sorted(left_out))))
             part = part.filter(keep)
