@@ -98,22 +98,33 @@ class Piece(str):
     @classmethod
     def of(cls, parts: Sequence[str], fixed: Sequence[bool]) -> Piece:
         piece = cls("".join(parts))
-        piece.parts = tuple(parts)
-        piece.fixed = tuple(fixed)
+        piece.parts = parts  # type: ignore[assignment]  # any sequence, never changed
+        piece.fixed = fixed  # type: ignore[assignment]
         return piece
 
     def cut(self, start: int, end: int) -> str:
-        """``self[start:end]``, still a ``Piece`` (its parts clipped)."""
+        """``self[start:end]``: a ``Piece`` of the clipped parts, or a plain string where it
+        holds template text only (nothing to cut it at)."""
+        if start >= end:
+            return ""
         parts: list[str] = []
         fixed: list[bool] = []
         at = 0
         for part, is_fixed in zip(self.parts, self.fixed):
-            lo, hi = max(start, at), min(end, at + len(part))
-            if lo < hi:
-                parts.append(part[lo - at : hi - at])
+            size = len(part)
+            if at + size > start and at < end:
+                if at >= start and at + size <= end:
+                    parts.append(part)
+                else:
+                    parts.append(part[(start - at if start > at else 0) : end - at])
                 fixed.append(is_fixed)
-            at += len(part)
-        return Piece.of(parts, fixed)
+            at += size
+        if all(fixed):
+            return self[start:end]
+        piece = Piece(self[start:end])
+        piece.parts = parts  # type: ignore[assignment]
+        piece.fixed = fixed  # type: ignore[assignment]
+        return piece
 
 
 def sub(text: str, start: int, end: int | None = None) -> str:

@@ -210,11 +210,15 @@ class ChatRenderer:
         The generated text ends with the end-of-turn token; what the template adds after
         it (ChatML's newline) was never sampled by the policy.
         """
-        cut = assistant_text.rfind(self.eos_text)
+        return self._split_output_at(assistant_text, 0)
+
+    def _split_output_at(self, text: str, start: int) -> tuple[str, str]:
+        """``split_output(text[start:])``, cutting a ``Piece`` once per half."""
+        cut = text.rfind(self.eos_text, start)
         if cut < 0:
-            return assistant_text, ""
+            return sub(text, start), ""
         cut += len(self.eos_text)
-        return sub(assistant_text, 0, cut), sub(assistant_text, cut)
+        return sub(text, start, cut), sub(text, cut)
 
     def output_text(
         self, call: dict, tools: list | None, context: Sequence[dict] | None = None
@@ -226,7 +230,7 @@ class ChatRenderer:
             piece = self.piece(call, False, tools)
             if not piece.startswith(gen):
                 raise TemplateError("assistant turn does not start with the generation prompt")
-            return self.split_output(sub(piece, len(gen)))
+            return self._split_output_at(piece, len(gen))
         if not context:
             raise TemplateError("an assistant call with an empty context")
         prompt = self.render(context, tools, True)

@@ -417,6 +417,7 @@ class ShapeRenderer:
         self.refused = _unsupported(env, source)
         self._template = None if self.refused else env.from_string(source)
         self._skeletons: dict[tuple, Skeleton | None] = {}
+        self._fixed: dict[tuple, tuple[bool, ...]] = {}  # per shape: its skeleton's constants
 
     def piece(self, message: dict) -> Piece | None:
         if self._template is None:
@@ -444,7 +445,12 @@ class ShapeRenderer:
         if sum(map(len, parts)) + len(self.base_text) > MAX_RENDERED_CHARS:
             return None  # Jinja raises the size error
         # Which parts are the template's own text: what the tokenizer may cut at (``junctions``).
-        return Piece.of(parts, [type(part) is str for part in skeleton])
+        fixed = self._fixed.get(shape)
+        if fixed is None:
+            fixed = tuple(type(part) is str for part in skeleton)
+            if len(self._fixed) < MAX_SHAPES:
+                self._fixed[shape] = fixed
+        return Piece.of(parts, fixed)
 
     def _analyse(self, template: jinja2.Template, message: dict, texts: list) -> Skeleton | None:
         """The skeleton of this shape's piece, or None when the render looked into a text."""
