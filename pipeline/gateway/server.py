@@ -31,6 +31,7 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -376,7 +377,10 @@ class Gateway:
         asked = {k for k in TOKEN_ID_PARAMS if upstream_body.get(k)}
         async with self.recorder.session_lock(session.rollout_id):
             if not session.loaded:  # lazily, off the event loop: other sessions go on
-                await asyncio.to_thread(self._load, session)
+                # A session with no log yet (a new one: most first calls) has nothing to
+                # read; one stat here spares it the hand-off to a thread and back.
+                if self._log_path(session).exists():
+                    await asyncio.to_thread(self._load, session)
                 session.loaded = True
             if stream and self.judge is None:  # relayed as it comes (pipeline/gateway/streaming.py)
                 return await streaming.streamed_call(
@@ -540,12 +544,15 @@ class Gateway:
         known = session.known_equal(messages, base["request"].get("messages")) if base else 0
         return call_delta.encode(record, base, session.base_call, known)
 
+    def _log_path(self, session: Session) -> Path:
+        return self.recorder.calls_dir / f"{session.rollout_id}.jsonl"
+
     def _load(self, session: Session) -> None:
         """A session the gateway saw before a restart: continue its call log. Run in a
         thread on the session's first call (not every file at startup, on the event loop:
         a restart on 532 MB of logs answered its first calls after 14-20 s). Only the
         last delivered call is kept (and every call, for a judge)."""
-        path = self.recorder.calls_dir / f"{session.rollout_id}.jsonl"
+        path = self._log_path(session)
         if not path.exists():
             return
         resolver = call_delta.Resolver()

@@ -243,6 +243,39 @@ def test_a_restarted_session_is_loaded_off_the_event_loop(tmp_path, start_gatewa
         engine.stop()
 
 
+def test_a_new_session_is_not_handed_to_a_thread_to_load_nothing(
+    tmp_path, start_gateway, monkeypatch
+):
+    """A session with no log yet (most first calls) has nothing to load: its first call
+    makes no hand-off to a thread (~0.1 ms of the event loop's CPU per new session); a
+    session whose log is on disk is still loaded (the restart test above)."""
+    from pipeline.gateway.server import Gateway
+
+    loads: list[str] = []
+    real_load = Gateway._load
+
+    def counted(self, session):
+        loads.append(session.rollout_id)
+        return real_load(self, session)
+
+    monkeypatch.setattr(Gateway, "_load", counted)
+    engine = ThreadedApp(make_app())
+    try:
+        gw = start_gateway(engine.url + "/v1")
+        body = {"model": "stub", "messages": [{"role": "user", "content": "hi"}]}
+        for rollout in ("fresh-a", "fresh-b", "fresh-a"):
+            assert requests.post(gw.base("t", rollout) + "/v1/chat/completions", json=body).ok
+        assert loads == []
+        gw.stop()
+        again = start_gateway(engine.url + "/v1")  # same --out: fresh-a's log is there now
+        assert requests.post(again.base("t", "fresh-a") + "/v1/chat/completions", json=body).ok
+        assert loads == ["fresh-a"]
+        numbers = [c["seam"]["call"] for c in calls_of(again.out / "calls" / "fresh-a.jsonl")]
+        assert numbers == [1, 2, 3]
+    finally:
+        engine.stop()
+
+
 def test_a_session_keeps_its_last_call_not_every_record(start_gateway):
     """Without a judge the gateway holds one call per session (the next delta's base and
     the extends-previous reference), however long the session (memory grew with every
