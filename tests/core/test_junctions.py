@@ -198,6 +198,7 @@ def test_skipping_the_pair_rule_gives_other_ids(backend, junctions, renderers, i
     assert mismatches(backend, mutant, texts), message
 
 
+@pytest.mark.slow  # ~13 s: every accepted pair in 90 contexts (CI's slow lane, make test-all)
 def test_every_accepted_pair_splits_in_many_contexts():
     """The pair rule against the tokenizer itself: for every accepted ASCII pair, the two
     halves of ``left + x | y + right`` encode to the whole's ids, for left and right
