@@ -74,28 +74,41 @@ JSON = st.recursive(
 )
 
 
-@st.composite
-def messages(draw) -> dict:
-    """A chat-message dict as ``template_message`` writes it, in every shape it can have."""
-    role = draw(st.sampled_from(["system", "user", "assistant", "tool"]))
-    out: dict = {"role": role, "content": draw(TEXTS)}
-    if role == "assistant":
-        if draw(st.booleans()):
-            out["reasoning_content"] = draw(TEXTS.filter(bool))
-        calls = []
-        for i in range(draw(st.integers(0, 3))):
-            args = draw(st.one_of(st.dictionaries(TEXTS, JSON, max_size=3), TEXTS))
-            name = draw(TEXTS)
-            calls.append(
-                {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": args}}
-            )
-        if calls:
-            out["tool_calls"] = calls
-    if role == "tool":
-        out["tool_call_id"] = draw(TEXTS)
-        if draw(st.booleans()):
-            out["name"] = draw(TEXTS.filter(bool))
-    return out
+def chat_messages(texts, arguments, max_calls: int, tool_call_ids) -> st.SearchStrategy[dict]:
+    """Chat-message dicts as ``template_message`` writes them, in every shape they can have:
+    ``texts`` for every text, ``arguments`` for a tool call's, up to ``max_calls`` calls."""
+
+    @st.composite
+    def message(draw) -> dict:
+        role = draw(st.sampled_from(["system", "user", "assistant", "tool"]))
+        out: dict = {"role": role, "content": draw(texts)}
+        if role == "assistant":
+            if draw(st.booleans()):
+                out["reasoning_content"] = draw(texts.filter(bool))
+            calls = [
+                {
+                    "id": f"c{i}",
+                    "type": "function",
+                    "function": {"name": draw(texts), "arguments": draw(arguments)},
+                }
+                for i in range(draw(st.integers(0, max_calls)))
+            ]
+            if calls:
+                out["tool_calls"] = calls
+        if role == "tool":
+            out["tool_call_id"] = draw(tool_call_ids)
+            if draw(st.booleans()):
+                out["name"] = draw(texts.filter(bool))
+        return out
+
+    return message()
+
+
+def messages() -> st.SearchStrategy[dict]:
+    """Messages with any texts, JSON arguments and tool-call ids."""
+    return chat_messages(
+        TEXTS, st.one_of(st.dictionaries(TEXTS, JSON, max_size=3), TEXTS), 3, TEXTS
+    )
 
 
 def jinja_piece(source: str, message: dict) -> str:
