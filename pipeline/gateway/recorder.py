@@ -474,6 +474,14 @@ class Recorder:
         """Calls of one session are recorded in the order they complete, one at a time."""
         return self._locks.setdefault(rollout_id, asyncio.Lock())
 
+    def log_path(self, rollout_id: str) -> Path:
+        """The session's call log, ``calls/ROLLOUT_ID.jsonl`` (kept: a Path join per call
+        was ~2 µs)."""
+        path = self._logs.get(rollout_id)
+        if path is None:
+            path = self._logs[rollout_id] = self.calls_dir / f"{rollout_id}.jsonl"
+        return path
+
     async def record_call(
         self,
         rollout_id: str,
@@ -483,10 +491,7 @@ class Recorder:
     ) -> None:
         """Write the call's line (one write), then wait for its fsync as ``--durability``
         says: ``sync`` returns once a round fsync'd it; ``group`` and ``none`` at once."""
-        path = self._logs.get(rollout_id)
-        if path is None:  # a Path join per call was ~2 µs
-            path = self._logs[rollout_id] = self.calls_dir / f"{rollout_id}.jsonl"
-        await self._append(path, record, finish)
+        await self._append(self.log_path(rollout_id), record, finish)
         self.manifest["calls"] += 1
         self.manifest["calls_with_token_ids"] += int(token_ids)
         # Kept current within a second (not fsync'd: the call logs are the truth, this is

@@ -31,7 +31,6 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -379,7 +378,7 @@ class Gateway:
             if not session.loaded:  # lazily, off the event loop: other sessions go on
                 # A session with no log yet (a new one: most first calls) has nothing to
                 # read; one stat here spares it the hand-off to a thread and back.
-                if self._log_path(session).exists():
+                if self.recorder.log_path(session.rollout_id).exists():
                     await asyncio.to_thread(self._load, session)
                 session.loaded = True
             if stream and self.judge is None:  # relayed as it comes (pipeline/gateway/streaming.py)
@@ -544,15 +543,12 @@ class Gateway:
         known = session.known_equal(messages, base["request"].get("messages")) if base else 0
         return call_delta.encode(record, base, session.base_call, known)
 
-    def _log_path(self, session: Session) -> Path:
-        return self.recorder.calls_dir / f"{session.rollout_id}.jsonl"
-
     def _load(self, session: Session) -> None:
         """A session the gateway saw before a restart: continue its call log. Run in a
         thread on the session's first call (not every file at startup, on the event loop:
         a restart on 532 MB of logs answered its first calls after 14-20 s). Only the
         last delivered call is kept (and every call, for a judge)."""
-        path = self._log_path(session)
+        path = self.recorder.log_path(session.rollout_id)
         if not path.exists():
             return
         resolver = call_delta.Resolver()
