@@ -281,6 +281,12 @@ class Syncer:
     def written(self, path: Path, new_file: bool = False) -> asyncio.Future | None:
         if self.mode == "none":
             return None
+        if self.mode == "group" and path in self._dirty:
+            # Already in the coming round: that entry was added after the round before took
+            # its batch (``_round`` swaps ``_dirty`` right after clearing the wake-up, with
+            # no await between), and its wake-up is still set, so that round covers this
+            # line too. Nobody waits in group mode.
+            return None
         loop = asyncio.get_running_loop()
         if self._task is None:
             self._wake = asyncio.Event()
@@ -472,7 +478,10 @@ class Recorder:
 
     def session_lock(self, rollout_id: str) -> asyncio.Lock:
         """Calls of one session are recorded in the order they complete, one at a time."""
-        return self._locks.setdefault(rollout_id, asyncio.Lock())
+        lock = self._locks.get(rollout_id)
+        if lock is None:  # not setdefault: that built a Lock on every call to throw away
+            lock = self._locks[rollout_id] = asyncio.Lock()
+        return lock
 
     def log_path(self, rollout_id: str) -> Path:
         """The session's call log, ``calls/ROLLOUT_ID.jsonl`` (kept: a Path join per call

@@ -517,6 +517,12 @@ class Gateway:
         rollout_id = request.match_info.get("rollout_id") or request.headers.get(
             "X-Seam-Rollout-Id"
         )
+        # A known session named as before: both ids are the ones checked when it was made
+        # (a key of ``sessions`` and its task id are equal strings), so the pattern checks
+        # below would pass and the lookup find it; anything else takes the whole path.
+        known = self.sessions.get(rollout_id) if rollout_id else None
+        if known is not None and (task_id or rollout_id) == known.task_id:
+            return known
         if not rollout_id:
             raise ValueError(
                 "say which session this call belongs to: use the base URL "

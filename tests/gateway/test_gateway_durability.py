@@ -169,3 +169,36 @@ def test_none_never_fsyncs_and_gateway_ms_counts_the_write(engine, start_gateway
     record = orjson.loads((gw.out / "calls" / "n1.jsonl").read_bytes())
     seam = record["seam"]
     assert list(seam)[-1] == "gateway_ms" and 0 < seam["gateway_ms"] < 10_000
+
+
+def test_group_a_line_written_during_a_round_gets_the_next_round(tmp_path):
+    """``Syncer.written`` returns at once for a file already in the coming round (group
+    mode): a line written while a round runs is not in that round's batch, so it must
+    start the next one, and further lines before that round are covered by it."""
+    import asyncio
+
+    from pipeline.gateway.recorder import Syncer
+
+    fsyncs = Fsyncs(hold=True)
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"{}\n")
+
+    async def scenario() -> list[int]:
+        syncer = Syncer("group", window_s=0.01, fsync=fsyncs, syncfs=None)
+        syncer.written(path)
+        await asyncio.to_thread(fsyncs.started.wait, 30)  # round 1 runs, held
+        syncer.written(path)  # after round 1 took its batch: the next round's
+        syncer.written(path)  # already in it
+        seen = [syncer.rounds]
+        fsyncs.release.set()
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if syncer.rounds >= 2:
+                break
+        seen.append(syncer.rounds)
+        await syncer.drain()
+        seen.append(syncer.rounds)
+        return seen
+
+    assert asyncio.run(scenario()) == [0, 2, 2]
+    assert len(fsyncs.done) == 2

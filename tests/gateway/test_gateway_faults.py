@@ -99,6 +99,37 @@ def test_ids_are_matched_whole(value):
         check_id(value, "rollout id")
 
 
+def test_a_known_session_is_found_only_under_its_own_ids():
+    """``Gateway._session``'s shortcut for a session it knows (no pattern checks) takes
+    only the ids that session was made with; another task id, or a rollout id that is not
+    a known key, goes the whole way (its checks and their errors)."""
+    from aiohttp.test_utils import make_mocked_request
+
+    from pipeline.gateway.server import Gateway, GatewayConfig
+
+    gateway = Gateway(GatewayConfig(upstream="http://127.0.0.1:9/v1"), recorder=None)
+
+    def session(task: str | None, rollout: str | None, headers: dict | None = None):
+        info = {"task_id": task, "rollout_id": rollout} if rollout else {}
+        request = make_mocked_request("POST", "/x", headers=headers or {}, match_info=info)
+        return gateway._session(request)
+
+    first = session("t", "r1")
+    assert session("t", "r1") is first
+    assert session(None, None, {"X-Seam-Task-Id": "t", "X-Seam-Rollout-Id": "r1"}) is first
+    with pytest.raises(ValueError, match="belongs to task t"):
+        session("u", "r1")
+    with pytest.raises(ValueError, match="belongs to task t"):
+        session(None, "r1")  # no task id: the rollout id is its task, not t
+    with pytest.raises(ValueError, match="must be 1-200"):
+        session("t\n", "r1")
+    with pytest.raises(ValueError, match="must be 1-200"):
+        session("t", "r1\n")
+    alone = session(None, "r2")
+    assert alone.task_id == "r2" and session(None, "r2") is alone
+    assert session("r2", "r2") is alone
+
+
 def test_an_id_with_an_encoded_newline_names_no_file(model_server, start_gateway):
     gw = start_gateway(model_server.url)
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
