@@ -556,7 +556,7 @@ class Recorder:
         self, path: Path, record: dict, finish: Callable[[bytes], bytes] | None = None
     ) -> None:
         # default: the engine's prompt ids kept as bytes are spliced in as they came
-        data = orjson.dumps(record, default=raw_ids.default) + b"\n"
+        data = orjson.dumps(record, default=raw_ids.default, option=orjson.OPT_APPEND_NEWLINE)
         if len(data) <= INLINE_WRITE_BYTES:  # a page-cache write: cheaper than a thread hop
             new = self.files.append(path, data, finish)
         else:

@@ -580,10 +580,10 @@ class Gateway:
 
     def _is_summary_request(self, body: dict, session: Session) -> bool:
         # The last user message, found from the end (not a pass over the whole history)
-        last = next(
-            (m for m in reversed(body.get("messages") or []) if m.get("role") == "user"), None
-        )
-        if last is None:
+        for last in reversed(body.get("messages") or []):
+            if last.get("role") == "user":
+                break
+        else:
             return False
         content = last.get("content")
         text = (content if isinstance(content, str) else json.dumps(content)) or ""

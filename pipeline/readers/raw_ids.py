@@ -23,7 +23,8 @@ from typing import Any
 
 import orjson
 
-KEY = b'"prompt_token_ids":['
+NAME = b'"prompt_token_ids"'
+KEY = NAME + b":["
 _NOT_ID_BYTES = b"0123456789,"
 
 
@@ -98,8 +99,12 @@ def split_prompt_ids(data: bytes, known: RawIds | None = None) -> tuple[Any, Raw
     next call), only the bytes after it are checked and counted — the gateway's cost per
     call then grows with what the call adds, not with the history (a byte pass over
     40,000 ids costs more than parsing them)."""
-    start = data.find(KEY)
+    # The name's first occurrence must be the key (one scan: the key's first occurrence
+    # is the name's exactly when the name's first is followed by ":[")
+    start = data.find(NAME)
     if start <= 0 or data[start - 1] == 92:  # 92: a backslash, the quote is escaped
+        return None
+    if not data.startswith(b":[", start + len(NAME)):
         return None
     begin = start + len(KEY)
     # The known prefix compared where it stands (one memcmp; its bytes hold no "]", so the
@@ -111,9 +116,7 @@ def split_prompt_ids(data: bytes, known: RawIds | None = None) -> tuple[Any, Raw
         and data[begin + len(known.body) : begin + len(known.body) + 1] in (b",", b"]")
     )
     end = data.find(b"]", begin + len(known.body) if extends and known else begin)
-    if end == -1 or data.find(b'"prompt_token_ids"') != start:
-        return None
-    if data.find(b'"prompt_token_ids"', end) != -1:
+    if end == -1 or data.find(NAME, end) != -1:
         return None
     body = data[begin:end]
     if extends:

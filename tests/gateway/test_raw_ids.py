@@ -113,6 +113,12 @@ def test_a_body_not_in_canonical_form_is_parsed_whole(body):
         b'{"content":"\\"prompt_token_ids\\":[1]","prompt_token_ids":[2,3]}',
         # the key twice (once nested elsewhere)
         b'{"prompt_token_ids":[1],"x":{"prompt_token_ids":[2]}}',
+        # the key twice on the answer: the parse keeps the last value, not the first cut
+        b'{"prompt_token_ids":[1],"prompt_token_ids":[2]}',
+        # the name first as a value, then the key
+        b'{"x":"prompt_token_ids","prompt_token_ids":[1,2]}',
+        # the name first as a key of something else than an array
+        b'{"x":{"prompt_token_ids":7},"prompt_token_ids":[1,2]}',
         # nested where neither vLLM nor SGLang puts it
         b'{"usage":{"prompt_token_ids":[1,2]},"choices":[{}]}',
         # a key ending in the name
