@@ -49,6 +49,10 @@ class ToolCall(_Strict):
     )
 
 
+# The fields only an assistant message may set, in the order a reason names the first.
+ASSISTANT_ONLY = ("reasoning", "kind", "finish_reason", "prompt_ids", "output_ids", "logprobs")
+
+
 class MessageEvent(_Strict):
     """A message appended to the live context."""
 
@@ -86,23 +90,31 @@ class MessageEvent(_Strict):
     @model_validator(mode="after")
     def _role_fields_fit(self) -> MessageEvent:
         if self.role != "assistant":
-            for name in (
-                "reasoning",
-                "kind",
-                "finish_reason",
-                "prompt_ids",
-                "output_ids",
-                "logprobs",
+            # One test for the usual case (none set), then the first one set is named:
+            # this validator runs for every message of every rollout read.
+            if not (
+                self.reasoning is None
+                and self.kind is None
+                and self.finish_reason is None
+                and self.prompt_ids is None
+                and self.output_ids is None
+                and self.logprobs is None
             ):
-                if getattr(self, name) is not None:
-                    raise ValueError(
-                        f"message {self.id}: field '{name}' is only allowed on assistant messages"
-                    )
+                name = next(n for n in ASSISTANT_ONLY if getattr(self, n) is not None)
+                raise ValueError(
+                    f"message {self.id}: field '{name}' is only allowed on assistant messages"
+                )
             if self.tool_calls:
                 raise ValueError(f"message {self.id}: only assistant messages carry tool_calls")
-        if self.role == "tool" and not self.tool_call_id:
-            raise ValueError(f"message {self.id}: a tool message needs tool_call_id")
-        if self.role != "tool" and self.tool_call_id is not None:
+            if self.role == "tool":
+                if not self.tool_call_id:
+                    raise ValueError(f"message {self.id}: a tool message needs tool_call_id")
+            elif self.tool_call_id is not None:
+                raise ValueError(
+                    f"message {self.id}: tool_call_id is only allowed on tool messages"
+                )
+            return self  # the checks below are of fields only an assistant message has
+        if self.tool_call_id is not None:
             raise ValueError(f"message {self.id}: tool_call_id is only allowed on tool messages")
         if self.logprobs is not None:
             if self.output_ids is None:

@@ -96,7 +96,8 @@ def _canonical(
                 obj = decode_record(raw.data)
                 with times.step("validate"):
                     rollout = validate_record(obj)
-                    check_message_sizes(rollout)
+                    if could_hold_a_message_over_the_limit(raw.data):
+                        check_message_sizes(rollout)
             except (ValueError, RecursionError) as exc:
                 yield Record(QUARANTINED, line, reason=_reason(exc), raw=_excerpt(raw.data))
                 continue
@@ -164,6 +165,17 @@ def _raw(task: Task, options: dict) -> Iterator[Record]:
             reason=f"reader {task.format} failed: {type(exc).__name__}: {_reason(exc)}",
             records=0,
         )
+
+
+def could_hold_a_message_over_the_limit(record: bytes) -> bool:
+    """Whether a canonical record's JSON text is long enough to hold a message over
+    ``max_message_bytes``; if not, ``check_message_sizes`` cannot fail and is skipped (a
+    tenth of a canonical record's validation). A message's size is counted in characters
+    of its strings (content, reasoning, tool-call arguments), each decoded from its own
+    string literal in the record, and every character takes at least one byte of its
+    literal (an ASCII character one, others two to four in UTF-8 or six as a ``\\u``
+    escape); so no message's size exceeds the record's length in bytes."""
+    return len(record) > limits.current().max_message_bytes
 
 
 def check_message_sizes(rollout: Rollout) -> None:

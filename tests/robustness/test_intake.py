@@ -6,15 +6,26 @@ would explode is quarantined alone, with the limit named."""
 from __future__ import annotations
 
 import gzip
+import json
 import random
 from pathlib import Path
 
+import orjson
 import pytest
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from pipeline.sources.canonical_io import parse_rollout
 from pipeline.sources.files import Task, detect_input_format
-from pipeline.sources.intake import ACCEPTED, QUARANTINED, iter_records
-from pipeline.sources.limits import MIB, Limits
+from pipeline.sources.intake import (
+    ACCEPTED,
+    QUARANTINED,
+    check_message_sizes,
+    could_hold_a_message_over_the_limit,
+    iter_records,
+)
+from pipeline.sources.limits import MIB, Limits, in_force
 from pipeline.sources.read_context import ReadContext
 from tests.robustness.records import good_record, line
 
@@ -153,3 +164,50 @@ def test_keep_passes_over_the_canonical_records_it_rejects_unparsed(tmp_path):
     assert [(r.kind, r.line) for r in read] == [(ACCEPTED, 3)]
     assert [r.rollout.rollout_id for r in read if r.rollout] == ["r1"]
     assert len(seen) == 4  # every line was offered to ``keep``, the rejected ones never parsed
+
+
+def _one_message_record(text: str, arguments: str = "{}", reasoning: bool = True) -> dict:
+    assistant = {"type": "message", "id": "a", "role": "assistant", "content": text}
+    if reasoning:
+        assistant["reasoning"] = text
+    assistant["tool_calls"] = [{"id": "c", "name": "bash", "arguments": arguments}]
+    return {
+        "rollout_id": "r",
+        "task_id": "t",
+        "source": "test",
+        "events": [{"type": "message", "id": "u", "role": "user", "content": "go"}, assistant],
+        "reward": 1.0,
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(), st.text(), st.booleans())
+def test_no_message_of_a_record_holds_more_characters_than_the_record_has_bytes(
+    text, arguments, ascii_escapes
+):
+    """What lets intake skip the message-size check of a record no longer than the limit
+    (``could_hold_a_message_over_the_limit``): any text, written as orjson writes it or
+    with every non-ASCII character a ``\\u`` escape, takes at least a byte per character."""
+    obj = _one_message_record(text, arguments)
+    record = json.dumps(obj, ensure_ascii=True).encode() if ascii_escapes else orjson.dumps(obj)
+    size = 2 * len(text) + len(arguments)  # the assistant message's, as the check counts it
+    for cap in (size - 1, size):  # a limit the message is just over, one it just fits
+        with in_force(Limits(max_message_bytes=max(cap, 1))):
+            if not could_hold_a_message_over_the_limit(record):
+                check_message_sizes(parse_rollout(record))  # must not raise
+
+
+def test_a_message_one_character_over_the_limit_is_quarantined_in_a_record_barely_longer(
+    tmp_path,
+):
+    """The skip leaves no record out that holds a message over the limit: here the record
+    is a few hundred bytes longer than its one large message."""
+    cap = 4096
+    for size, fate in ((cap, ACCEPTED), (cap + 1, QUARANTINED)):
+        record = orjson.dumps(_one_message_record("x" * size, "", reasoning=False))
+        assert len(record) < cap + 400
+        path = tmp_path / f"{size}.jsonl"
+        path.write_bytes(record + b"\n")
+        _, accepted, quarantined = _read(path, "canonical", Limits(max_message_bytes=cap))
+        assert len(accepted if fate == ACCEPTED else quarantined) == 1
+        assert all("max_message_bytes" in reason for _, reason in quarantined)
