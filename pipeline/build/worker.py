@@ -111,6 +111,11 @@ class _NoPandas:
         return None
 
 
+# Container allocations (net of frees) between two collections of the youngest generation
+# in a build worker (Python's default: 700); see worker_process_setup.
+GC_YOUNG_THRESHOLD = 10_000
+
+
 def worker_process_setup() -> None:
     """How a build worker process runs its tasks.
 
@@ -119,11 +124,19 @@ def worker_process_setup() -> None:
     copy of it has no threads behind it, so encoding through it would hang. And it never
     imports pandas (``_NoPandas``). The objects it inherited from the parent (tokenizer,
     renderer, modules) are frozen out of the cyclic GC, which would otherwise rescan
-    them at every full collection (and touch their copy-on-write pages).
+    them at every full collection (and touch their copy-on-write pages); and the
+    youngest generation is collected after ``GC_YOUNG_THRESHOLD`` container allocations
+    instead of Python's 700: a task allocates and frees a rollout's models, dicts and
+    lists by the hundred thousand, and at 700 the collector ran ~300 times per 200
+    rollouts, ~1.2% of a worker's CPU (0.06 of 5 s; 10,000: twice, 0.004 s). Garbage in
+    cycles is still collected, a little later; the rest is freed by reference count, at
+    once, as before.
     """
     import gc
 
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
     # The build's SIGTERM/SIGHUP handlers (pipeline.cli) raise in its main thread; a
     # worker just ends, and the build cleans up.
     for signum in (signal.SIGTERM, signal.SIGHUP):
