@@ -132,13 +132,30 @@ def summary_loop(rollout: Rollout) -> tuple[str, str] | None:
             )
         if first.message_id in opaque or second.message_id in opaque:
             continue  # an encrypted summary's text is unknown: nothing to compare
-        ratio = difflib.SequenceMatcher(None, first.summary, second.summary, autojunk=False).ratio()
-        if ratio >= LOOP_SIMILARITY:
+        ratio = similarity_at_least(first.summary, second.summary, LOOP_SIMILARITY)
+        if ratio is not None:
             return (
                 "summary_loop",
                 f"summaries {first.message_id} and {second.message_id} are {ratio:.0%} identical",
             )
     return None
+
+
+def similarity_at_least(a: str, b: str, threshold: float) -> float | None:
+    """``difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()`` when it is at least
+    ``threshold``, else None.
+
+    ``ratio()`` finds the matching blocks, quadratic in the texts' length (~70 ms for two
+    summaries of the sample, 8 s of CPU over its 118 consecutive pairs). ``real_quick_ratio()``
+    (from the lengths) and ``quick_ratio()`` (from the characters shared, order ignored) are
+    upper bounds on ``ratio()`` (difflib's documentation of both), so a pair either bound
+    puts under the threshold cannot reach it and the full ratio is not computed (94 of the
+    118 pairs of the sample); the verdict is the one the full ratio gives."""
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    if matcher.real_quick_ratio() < threshold or matcher.quick_ratio() < threshold:
+        return None
+    ratio = matcher.ratio()
+    return ratio if ratio >= threshold else None
 
 
 def _opaque_summaries(rollout: Rollout) -> set[str]:

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pipeline.sft.filters import FilterOptions, over_length, rollout_filter, trim_dangling_call
+from pipeline.sft.filters import (
+    FilterOptions,
+    over_length,
+    rollout_filter,
+    similarity_at_least,
+    trim_dangling_call,
+)
 from schemas.rollout import MessageEvent, ToolCall
+from tests.examples import examples
 from tests.judge.rollouts import Story
 
 SUMMARY = "# Auto Context Summary\nsrc/dates.py indexes s['tz'].\n## Next step\nFix `parse_date` in src/dates.py."
@@ -93,6 +103,39 @@ def test_near_identical_consecutive_summaries_are_a_summary_loop_and_different_o
     )
     moved_on = clean().compact(other).act(("bash", {"command": "pytest"}, "9 passed"))
     assert reason(moved_on) is None
+
+
+@st.composite
+def edited_pairs(draw) -> tuple[str, str]:
+    """A text and a copy with a few characters inserted, deleted or replaced and pieces
+    moved (the same characters in another order: the quick bounds stay high while the
+    ratio falls), from a small alphabet so characters repeat: ratios from 1.0 down
+    through the loop threshold."""
+    a = draw(st.text(alphabet="ab #\nxyz.", min_size=1, max_size=120))
+    b = list(a)
+    for _ in range(draw(st.integers(0, 12))):
+        at = draw(st.integers(0, len(b)))
+        op = draw(st.sampled_from(["insert", "delete", "replace", "move"]))
+        char = draw(st.sampled_from("ab #\nxyzQ"))
+        if op == "insert":
+            b.insert(at, char)
+        elif op == "move":
+            piece = b[at : at + draw(st.integers(1, 20))]
+            del b[at : at + len(piece)]
+            to = draw(st.integers(0, len(b)))
+            b[to:to] = piece
+        elif at < len(b):
+            b[at : at + 1] = [char] if op == "replace" else []
+    return a, "".join(b)
+
+
+@settings(max_examples=examples(150, 500), deadline=None)
+@given(edited_pairs(), st.sampled_from([0.5, 0.8, 0.9, 0.95, 0.97, 0.99]))
+def test_the_loop_similarity_shortcut_gives_the_full_ratios_verdict(pair, threshold):
+    """The quick upper bounds only skip pairs the full ratio puts under the threshold."""
+    a, b = pair
+    ratio = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+    assert similarity_at_least(a, b, threshold) == (ratio if ratio >= threshold else None)
 
 
 def test_first_calls_after_compaction_on_unseen_files_are_off_task():
