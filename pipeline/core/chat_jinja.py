@@ -62,9 +62,16 @@ def _raise_exception(message):
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    if not ensure_ascii and indent is None and separators is None and not sort_keys:
+        return _TOJSON.encode(x)  # what json.dumps does, without making an encoder per call
     return json.dumps(
         x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
     )
+
+
+# ``json.dumps(x, ensure_ascii=False)`` builds this encoder for every call (its defaults are
+# dumps'), ~2 µs for each tool call's arguments in a build.
+_TOJSON = json.JSONEncoder(ensure_ascii=False)
 
 
 def _strftime_now(fmt):

@@ -58,6 +58,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from pipeline.core.long_text import _cached_shape
 
@@ -131,6 +132,9 @@ def sub(text: str, start: int, end: int | None = None) -> str:
     """``text[start:end]``, keeping a ``Piece``'s parts."""
     end = len(text) if end is None else end
     return text.cut(start, end) if type(text) is Piece else text[start:end]
+
+
+_UNKNOWN: Any = object()  # a junction not looked up before
 
 
 class Junctions:
@@ -207,14 +211,16 @@ class Junctions:
         no added token can reach from the template text into a text (``_closed``) and
         that character cannot start or end one: then nothing else decides."""
         ch = piece[b] if side < 0 else piece[b - 1]
-        key = None
-        edge = self._firsts if side < 0 else self._lasts
-        if fixed and ch not in edge and self._closed(neighbour):
-            key = (neighbour, side, ch)
-            if key in self._near_cache:
-                return self._near_cache[key]
+        if not fixed:
+            return self._find_near(piece, b, neighbour, fixed, side)
+        key = (neighbour, side, ch)
+        # Only keys that met the conditions below are stored: a stored key decides alone.
+        cut = self._near_cache.get(key, _UNKNOWN)
+        if cut is not _UNKNOWN:
+            return cut
         cut = self._find_near(piece, b, neighbour, fixed, side)
-        if key is not None and len(self._near_cache) < 65536:
+        edge = self._firsts if side < 0 else self._lasts
+        if ch not in edge and self._closed(neighbour) and len(self._near_cache) < 65536:
             self._near_cache[key] = cut
         return cut
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
@@ -114,6 +115,7 @@ class ChatRenderer:
         self.time_each_render = True
         self.template = _compile(tokenizer.chat_template)
         self._shapes: ShapeRenderer | None = None
+        self._generation_prompt: str | None = None
         self._by_shape = by_shape
         self.special = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
         self.eos_text = self._end_of_turn_text()
@@ -170,7 +172,10 @@ class ChatRenderer:
         return self.render(_BASE, None, gen)
 
     def generation_prompt(self) -> str:
-        return self._base_text(True)[len(self._base_text(False)) :]
+        gen = self._generation_prompt
+        if gen is None:  # asked for at every assistant message: kept
+            gen = self._generation_prompt = self._base_text(True)[len(self._base_text(False)) :]
+        return gen
 
     def piece(self, msg_dict: dict, first: bool, tools: list | None) -> str:
         """The text one message contributes to a rendered conversation.
@@ -241,28 +246,41 @@ class ChatRenderer:
 
     # -- tokens -------------------------------------------------------------------------
     def encode_many(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Token ids of each text (special tokens in the text are parsed), batched in Rust.
+        """Token ids of each text (special tokens in the text are parsed), batched in Rust:
+        ``encode_units``' chunks of each text, joined."""
+        return [c[0] if len(c) == 1 else np.concatenate(c) for c in self.encode_units(texts)]
+
+    def encode_units(self, texts: Sequence[str]) -> list[list[np.ndarray]]:
+        """Token ids of each text as consecutive chunks, whose join is the text's ids.
 
         A piece filled in by shape (``junctions.Piece``) is encoded as its units: the
         message's texts, and the template's text around them (cached), cut only where
-        ``junctions.py`` proves the ids are the whole piece's.
+        ``junctions.py`` proves the ids are the whole piece's. Its chunks are those units'
+        ids, not joined: a segment joins all the chunks of its sequence once, and joining
+        each piece's units here first copied every piece's ids twice.
         """
         junctions = self.junctions
         if junctions is None or not any(type(t) is Piece for t in texts):
-            return self._encode_texts(texts)
-        if self.times is not None:  # cutting into units is part of tokenizing
-            with self.times.step("tokenize"):
-                units = [junctions.units(t) if type(t) is Piece else None for t in texts]
-        else:
-            units = [junctions.units(t) if type(t) is Piece else None for t in texts]
-        flat = [u for t, us in zip(texts, units) for u in (us if us is not None else (t,))]
-        ids = iter(self._encode_texts(flat))
+            return [[ids] for ids in self._encode_texts(texts)]
+        flat: list[str] = []
+        counts: list[int] = []
+        units = junctions.units
+        # Cutting into units is part of tokenizing.
+        with self.times.step("tokenize") if self.times is not None else nullcontext():
+            for t in texts:
+                if type(t) is Piece:
+                    us = units(t)
+                    flat += us
+                    counts.append(len(us))
+                else:
+                    flat.append(t)
+                    counts.append(1)
+        ids = self._encode_texts(flat)
         out = []
-        for us in units:
-            if us is None or len(us) == 1:
-                out.append(next(ids))
-            else:
-                out.append(np.concatenate([next(ids) for _ in us]))
+        at = 0
+        for n in counts:
+            out.append(ids[at : at + n])
+            at += n
         return out
 
     def _encode_texts(self, texts: Sequence[str]) -> list[np.ndarray]:

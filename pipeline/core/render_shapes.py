@@ -401,6 +401,7 @@ def _analysis_environment() -> jinja2.Environment:
 # -- pieces ---------------------------------------------------------------------------------
 
 Skeleton = tuple  # constant strings and slot descriptions, in output order
+_UNSEEN: Any = object()  # a shape not analysed yet
 
 
 class ShapeRenderer:
@@ -417,7 +418,9 @@ class ShapeRenderer:
         self.refused = _unsupported(env, source)
         self._template = None if self.refused else env.from_string(source)
         self._skeletons: dict[tuple, Skeleton | None] = {}
-        self._fixed: dict[tuple, tuple[bool, ...]] = {}  # per shape: its skeleton's constants
+        # Per shape: its skeleton and which of its parts are constants (None: Jinja renders
+        # it), found with one lookup per message.
+        self._plans: dict[tuple, tuple[Skeleton, tuple[bool, ...]] | None] = {}
 
     def piece(self, message: dict) -> Piece | None:
         if self._template is None:
@@ -426,14 +429,12 @@ class ShapeRenderer:
             shape, texts = flatten(message)
         except Unsupported:
             return None
-        if shape in self._skeletons:
-            skeleton = self._skeletons[shape]
-        else:
-            skeleton = self._analyse(self._template, message, texts)
-            if len(self._skeletons) < MAX_SHAPES:
-                self._skeletons[shape] = skeleton
-        if skeleton is None:
+        plan = self._plans.get(shape, _UNSEEN)
+        if plan is _UNSEEN:
+            plan = self._plan(shape, message, texts)
+        if plan is None:
             return None
+        skeleton, fixed = plan
         parts = [
             part
             if type(part) is str
@@ -444,13 +445,20 @@ class ShapeRenderer:
         ]
         if sum(map(len, parts)) + len(self.base_text) > MAX_RENDERED_CHARS:
             return None  # Jinja raises the size error
-        # Which parts are the template's own text: what the tokenizer may cut at (``junctions``).
-        fixed = self._fixed.get(shape)
-        if fixed is None:
-            fixed = tuple(type(part) is str for part in skeleton)
-            if len(self._fixed) < MAX_SHAPES:
-                self._fixed[shape] = fixed
         return Piece.of(parts, fixed)
+
+    def _plan(
+        self, shape: tuple, message: dict, texts: list
+    ) -> tuple[Skeleton, tuple[bool, ...]] | None:
+        """A new shape's skeleton (``_analyse``) and which of its parts are the template's
+        own text: what the tokenizer may cut at (``junctions``)."""
+        assert self._template is not None  # ``piece`` asks only then
+        skeleton = self._analyse(self._template, message, texts)
+        plan = None if skeleton is None else (skeleton, tuple(type(p) is str for p in skeleton))
+        if len(self._plans) < MAX_SHAPES:
+            self._skeletons[shape] = skeleton
+            self._plans[shape] = plan
+        return plan
 
     def _analyse(self, template: jinja2.Template, message: dict, texts: list) -> Skeleton | None:
         """The skeleton of this shape's piece, or None when the render looked into a text."""

@@ -134,11 +134,11 @@ class SegmentBuilder:
         self.add(output)
 
     def tokens(self) -> np.ndarray:
-        self.chunks = [_joined(self.chunks)]
+        self.chunks = [joined(self.chunks)]
         return self.chunks[0]
 
     def engine_tokens(self) -> np.ndarray:
-        self.engine = [_joined(self.engine)]
+        self.engine = [joined(self.engine)]
         return self.engine[0]
 
     def finish(self) -> Segment:
@@ -147,7 +147,7 @@ class SegmentBuilder:
         )
 
 
-def _joined(chunks: list[np.ndarray]) -> np.ndarray:
+def joined(chunks: list[np.ndarray]) -> np.ndarray:
     if not chunks:
         return np.zeros(0, dtype=np.int32)
     return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)

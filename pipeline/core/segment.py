@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.render import ENCODE_BATCH_CHARS, ChatRenderer, template_message
-from pipeline.core.seams import CallSpan, Segment, SegmentBuilder, extension
+from pipeline.core.seams import CallSpan, Segment, SegmentBuilder, extension, joined
 from schemas.kinds import SeamKind
 from schemas.replay import CallContext, CallView, replay
 from schemas.rollout import MessageEvent, RewriteEvent, Rollout
@@ -174,7 +174,9 @@ class _PieceCache:
     def __init__(self, renderer: ChatRenderer, tools: list | None):
         self.r = renderer
         self.tools = tools
-        self._pieces: dict[tuple[str, bool], np.ndarray] = {}
+        # Each message's piece as consecutive chunks of ids (``ChatRenderer.encode_units``),
+        # joined only with the rest of its segment.
+        self._pieces: dict[tuple[str, bool], list[np.ndarray]] = {}
         self._outputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._generation_prompt: np.ndarray | None = None  # asked for at every call: kept
         self.prompt_of: CallView | None = None  # the call whose whole input ``prompt`` is
@@ -205,10 +207,10 @@ class _PieceCache:
         texts: list[str] = []
 
         def encode() -> None:
-            encoded = iter(self.r.encode_many(texts))
+            encoded = iter(self.r.encode_units(texts))
             for kind, key in jobs:
                 if kind == "output":
-                    self._outputs[key] = (next(encoded), next(encoded))
+                    self._outputs[key] = (joined(next(encoded)), joined(next(encoded)))
                 else:
                     self._pieces[key] = next(encoded)
             jobs.clear()
@@ -254,9 +256,9 @@ class _PieceCache:
             self.r.time_each_render = True
 
     def context_chunks(self, messages, at_start: bool = True) -> list[np.ndarray]:
-        """Tokens of ``messages``, one array per message (not joined: the caller joins
-        them once, with what surrounds them); ``at_start`` when they open the context
-        (the first piece differs).
+        """Tokens of ``messages`` as consecutive chunks, one or more per message (not
+        joined: the caller joins them once, with what surrounds them); ``at_start`` when
+        they open the context (the first piece differs).
 
         An assistant turn in history is tokenized as it was generated — generation
         prompt, output, trailer — so history never re-tokenizes what the policy sampled.
@@ -265,10 +267,10 @@ class _PieceCache:
         # it is; else the messages are rendered and encoded below.
         pieces, found = self._pieces, []
         for i, m in enumerate(messages):
-            ids = pieces.get((m.id, at_start and i == 0))
-            if ids is None:
+            chunks = pieces.get((m.id, at_start and i == 0))
+            if chunks is None:
                 break
-            found.append(ids)
+            found += chunks
         else:
             return found
         keys = [(m.id, at_start and i == 0) for i, m in enumerate(messages)]
@@ -279,13 +281,13 @@ class _PieceCache:
         ]
         if todo:
             texts = [self.r.piece(template_message(m), first, self.tools) for (_, first), m in todo]
-            for (key, _), ids in zip(todo, self.r.encode_many(texts)):
-                self._pieces[key] = ids
+            for (key, _), chunks in zip(todo, self.r.encode_units(texts)):
+                self._pieces[key] = chunks
         for key, m in zip(keys, messages):
             if key not in self._pieces:
                 out, trailer = self._output_pair(m)
-                self._pieces[key] = np.concatenate([self.generation_prompt(), out, trailer])
-        return [self._pieces[k] for k in keys]
+                self._pieces[key] = [self.generation_prompt(), out, trailer]
+        return [ids for k in keys for ids in self._pieces[k]]
 
     @staticmethod
     def _as_turn(key: tuple[str, bool], m: MessageEvent) -> bool:

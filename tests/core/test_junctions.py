@@ -11,6 +11,7 @@ The mutation test shows the pair rule is what keeps them equal.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -158,8 +159,15 @@ def test_units_have_the_ids_of_the_whole_piece(backend, junctions, shapes, rende
         if message["role"] == "assistant" and renderer.incremental:
             texts += output_texts(renderer, message)
         assert not mismatches(backend, junctions, texts, no_texts), name
-        # And through the renderer's own encode (its cache, units, concatenation).
-        for text, ids in zip(texts, renderer.encode_many(texts)):
+        # And through the renderer's own encode (its cache, units), among a plain text: a
+        # piece's chunks (what segments join) are its units' ids, and join to the whole's.
+        batch = ["a plain text\n", *texts]
+        assert renderer.junctions is not None
+        for text, chunks in zip(batch, renderer.encode_units(batch)):
+            assert np.concatenate(chunks).tolist() == whole_ids(backend, text), name
+            units = renderer.junctions.units(text) if type(text) is Piece else [text]
+            assert len(chunks) == len(units), name
+        for text, ids in zip(batch, renderer.encode_many(batch)):
             assert ids.tolist() == whole_ids(backend, text), name
 
 
