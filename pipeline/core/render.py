@@ -49,6 +49,9 @@ ENCODE_CACHE_TOKENS = 4 << 20  # ids kept by encode_many's cache (16 MiB of int3
 # cost 3.3 GB at once; batches of at most this many characters (a longer text alone)
 # bound the peak by the largest single message instead.
 ENCODE_BATCH_CHARS = 1 << 20
+FIRST_PIECES_KEPT = 256  # first pieces kept per process (a system prompt with tools: ~10-50 kB)
+# Template globals whose value is not a function of the messages: the clock, random text.
+IMPURE_GLOBALS = ("strftime_now", "lipsum")
 
 _BASE = [
     {"role": "system", "content": "S"},
@@ -116,6 +119,10 @@ class ChatRenderer:
         self.template = _compile(tokenizer.chat_template)
         self._shapes: ShapeRenderer | None = None
         self._generation_prompt: str | None = None
+        self._first_pieces: dict[str, str] = {}  # ``_first_piece``'s renders, by value
+        self._keep_first_pieces = by_shape and not any(
+            name in tokenizer.chat_template for name in IMPURE_GLOBALS
+        )
         self._by_shape = by_shape
         self.special = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
         self.eos_text = self._end_of_turn_text()
@@ -184,7 +191,7 @@ class ChatRenderer:
         filled in from that shape's constants (``render_shapes.py``), not rendered again.
         """
         if first:
-            return self.render([msg_dict], tools, False)
+            return self._first_piece(msg_dict, tools)
         if self._by_shape:
             shapes = self._shapes or self._shape_renderer()
             if self.times is not None and self.time_each_render:
@@ -199,6 +206,24 @@ class ChatRenderer:
         if not full.startswith(base):
             raise TemplateError("chat template re-renders earlier messages when one is appended")
         return full[len(base) :]
+
+    def _first_piece(self, msg_dict: dict, tools: list | None) -> str:
+        """``render([msg_dict], tools)``, kept by value: the rollouts of one task open with
+        the same system prompt and tool schemas, which Jinja rendered again for every
+        rollout (the tools' JSON included). Kept for templates that read no clock and no
+        random text (``strftime_now``, ``lipsum``), whose render is a function of the
+        values alone; ``repr`` tells apart what a template prints apart (1, 1.0, True,
+        nan; every character of a string)."""
+        if not self._keep_first_pieces:
+            return self.render([msg_dict], tools, False)
+        key = repr((msg_dict, tools))
+        text = self._first_pieces.get(key)
+        if text is None:
+            text = self.render([msg_dict], tools, False)
+            if len(self._first_pieces) >= FIRST_PIECES_KEPT:
+                del self._first_pieces[next(iter(self._first_pieces))]  # first in, first out
+            self._first_pieces[key] = text
+        return text
 
     def _shape_renderer(self) -> ShapeRenderer:
         from pipeline.core.render_shapes import ShapeRenderer  # jinja2 only when rendering
