@@ -182,18 +182,29 @@ class Junctions:
         cuts: list[int] = []
         at = 0
         last = len(parts) - 1
-        near = self._near
+        near, known = self._near, self._near_cache
         for i, part in enumerate(parts):
             start = at
             at += len(part)
             if fixed[i]:
                 continue
+            # ``_near``'s remembered cuts looked up here first: the text's first and last
+            # characters are the piece's at ``start`` and ``at - 1`` (an empty text's key,
+            # with "", was never stored).
             if i > 0:
-                cut = near(piece, start, parts[i - 1], fixed[i - 1], -1)
+                cut = (
+                    known.get((parts[i - 1], -1, part[:1]), _UNKNOWN) if fixed[i - 1] else _UNKNOWN
+                )
+                if cut is _UNKNOWN:
+                    cut = near(piece, start, parts[i - 1], fixed[i - 1], -1)
                 if cut is not None:
                     cuts.append(start + cut)
             if i < last:
-                cut = near(piece, at, parts[i + 1], fixed[i + 1], 1)
+                cut = (
+                    known.get((parts[i + 1], 1, part[-1:]), _UNKNOWN) if fixed[i + 1] else _UNKNOWN
+                )
+                if cut is _UNKNOWN:
+                    cut = near(piece, at, parts[i + 1], fixed[i + 1], 1)
                 if cut is not None:
                     cuts.append(at + cut)
         if not cuts:
