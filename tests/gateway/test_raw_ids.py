@@ -224,8 +224,7 @@ def test_the_cut_ids_are_a_view_of_the_answer_and_read_as_bytes():
     """The prompt ids cut out of an answer are a view of its bytes (no 200 KB copy at
     40,000 ids), and every reader of RawIds gives what it gives on bytes."""
     data = (
-        b'{"choices":[{"message":{"content":"x"},"token_ids":[7,8]}],'
-        b'"prompt_token_ids":[1,22,333]}'
+        b'{"choices":[{"message":{"content":"x"},"token_ids":[7,8]}],"prompt_token_ids":[1,22,333]}'
     )
     split = split_prompt_ids(data)
     assert split is not None
