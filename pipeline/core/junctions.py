@@ -108,6 +108,12 @@ class Piece(str):
         holds template text only (nothing to cut it at)."""
         if start >= end:
             return ""
+        # The trailer after an end-of-turn token, or a generation prompt: inside one part of
+        # template text at either end, a plain string (what the loop below returns for it).
+        if (self.fixed[-1] and end == len(self) and len(self) - start <= len(self.parts[-1])) or (
+            self.fixed[0] and end <= len(self.parts[0])
+        ):
+            return self[start:end]
         parts: list[str] = []
         fixed: list[bool] = []
         at = 0

@@ -332,7 +332,7 @@ class ChatRenderer:
                 release_free_memory()
         out = [fresh[t] if ids is None else ids for t, ids in zip(texts, found)]
         for t, ids in fresh.items():
-            ids.flags.writeable = False  # shared by every later caller: never edited in place
+            ids.setflags(write=False)  # shared by every later caller: never edited in place
             cache[t] = ids
             self._cached_tokens += len(ids)
         while self._cached_tokens > ENCODE_CACHE_TOKENS:

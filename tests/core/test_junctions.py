@@ -264,12 +264,15 @@ def test_a_piece_with_no_cut_is_one_unit_and_empty_is_empty():
     assert type(cut) is Piece and list(cut.parts) == ["b", "c"] and list(cut.fixed) == [True, False]
     assert type(Piece.of(["ab", "cd"], [True, False]).cut(0, 2)) is str  # template text only
     assert Piece.of(["ab"], [False]).cut(1, 1) == ""
-    # Every cut of a piece is its text's slice, parts non-empty and joined to it.
+    # Every cut of a piece is its text's slice, parts non-empty and joined to it, and a
+    # Piece exactly when it holds some of the message's text (else template text only).
     piece = Piece.of(["<|im_start|>user\n", "x" * 40, "<|im_end|>\n"], [True, False, True])
+    text_start, text_end = len(piece.parts[0]), len(piece.parts[0]) + 40
     for start in range(len(piece) + 1):
         for end in range(start, len(piece) + 1):
             part = piece.cut(start, end)
             assert part == piece[start:end]
+            assert (type(part) is Piece) == (start < end and start < text_end and end > text_start)
             if type(part) is Piece:
                 assert "".join(part.parts) == part and all(part.parts)
 
