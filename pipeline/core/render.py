@@ -321,20 +321,25 @@ class ChatRenderer:
         cache = self._encode_cache
         # One lookup per text: a rendered text is a new string, so each lookup hashes it
         # and compares it with the cached key in full.
-        found = [cache.get(t) for t in texts]
+        found = list(map(cache.get, texts))
         todo = list(dict.fromkeys(t for t, ids in zip(texts, found) if ids is None))
         if not todo:
             return cast(list[np.ndarray], found)  # every text was cached
         fresh: dict[str, np.ndarray] = {}
-        for batch in _batches(todo, ENCODE_BATCH_CHARS):
-            fresh.update(zip(batch, self._encode_batch(batch)))
-            if sum(map(len, batch)) >= ENCODE_BATCH_CHARS:
-                release_free_memory()
+        if sum(map(len, todo)) < ENCODE_BATCH_CHARS:  # one batch (most calls), no trim: not cut
+            fresh.update(zip(todo, self._encode_batch(todo)))
+        else:
+            for batch in _batches(todo, ENCODE_BATCH_CHARS):
+                fresh.update(zip(batch, self._encode_batch(batch)))
+                if sum(map(len, batch)) >= ENCODE_BATCH_CHARS:
+                    release_free_memory()
         out = [fresh[t] if ids is None else ids for t, ids in zip(texts, found)]
+        added = 0
         for t, ids in fresh.items():
             ids.setflags(write=False)  # shared by every later caller: never edited in place
             cache[t] = ids
-            self._cached_tokens += len(ids)
+            added += len(ids)
+        self._cached_tokens += added
         while self._cached_tokens > ENCODE_CACHE_TOKENS:
             self._cached_tokens -= len(cache.popitem(last=False)[1])
         return out
