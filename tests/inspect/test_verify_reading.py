@@ -107,3 +107,39 @@ def test_verify_never_imports_pandas(rl_build):
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def _recut(build: Path, sizes: list[int]) -> list[list[str]]:
+    """Rewrite the build's shards as shards of ``sizes`` rows (same rows, same order); each
+    new shard's rollout ids."""
+    manifest = json.loads((build / "manifest.json").read_text())
+    table = pa.concat_tables(pq.read_table(build / name) for name in manifest["shards"])
+    assert sum(sizes) == table.num_rows
+    for name in manifest["shards"]:
+        (build / name).unlink()
+    names, ids, at = [], [], 0
+    for i, size in enumerate(sizes):
+        names.append(f"train-{i:05d}-of-{len(sizes):05d}.parquet")
+        pq.write_table(table.slice(at, size), build / names[-1])
+        ids.append(table.slice(at, size)["rollout_id"].to_pylist())
+        at += size
+    manifest["shards"] = names
+    (build / "manifest.json").write_text(json.dumps(manifest))
+    return ids
+
+
+def test_a_rollout_whose_rows_span_two_shards_is_one_group_read_on_any_threads(rl_build, tmp_path):
+    """The shards' rows are read on threads, one shard each, while the inputs are read;
+    a rollout cut between two shards is still checked as one group, whatever the thread
+    count."""
+    copy = tmp_path / "copy"
+    shutil.copytree(rl_build, copy)
+    rows = json.loads((copy / "manifest.json").read_text())["counts"]["segments"]
+    ids = _recut(copy, [rows // 3 + 2, rows // 3 - 1, rows - 2 * (rows // 3) - 1])
+    spanning = {a[-1] for a, b in zip(ids, ids[1:]) if a[-1] == b[0]}
+    assert spanning  # some rollout's rows are in two shards
+    results = [verify_build(copy, "all", workers=n) for n in (1, 2, 3)]
+    assert all(r.ok for r in results), results[1].mismatches[:3]
+    assert results[0].by_rollout == results[1].by_rollout == results[2].by_rollout
+    for rollout_id in spanning:
+        assert results[1].by_rollout[rollout_id]["rows"] == sum(i.count(rollout_id) for i in ids)
