@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import COMMAND_ORDER, aliases, build_parser, main
+from pipeline.cli import COMMAND_MODULE, COMMAND_ORDER, aliases, build_parser, main
 from tests.cli.parsers import all_parsers
 
 BEFORE = json.loads((Path(__file__).parent / "flags_before_issue24.json").read_text())
@@ -166,3 +166,29 @@ def test_std_is_one_flag_with_the_config_of_before(flags, use_std, ddof):
     args = build_parser().parse_args(["build-rl", "x", "--out", "o", "--workers", "1", *flags])
     config = config_from_args(args, "rl")
     assert (config.use_std, config.std_ddof) == (use_std, ddof)
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_a_command_line_imports_only_its_commands_module_and_parses_the_same():
+    """``main`` builds the parser of the named command alone (``build_parser(command)``):
+    ``COMMAND_MODULE`` names, for every command, the module that registers it, and that
+    command's parser (its help, its defaults) is the one the full parser holds."""
+    full = _commands(build_parser())
+    assert set(COMMAND_MODULE) == set(full)
+    for command in full:
+        alone = _commands(build_parser(command))
+        assert command in alone and len(alone) < len(full)
+        assert alone[command].format_help() == full[command].format_help()
+        defaults = [
+            [(a.dest, a.default, a.option_strings) for a in p._actions] + [p._defaults]
+            for p in (alone[command], full[command])
+        ]
+        assert defaults[0] == defaults[1]
+    argv = ["build-rl", "in.jsonl", "--out", "o", "--workers", "1", "--verify", "none"]
+    assert build_parser("build-rl").parse_args(argv) == build_parser().parse_args(argv)
+    # Not a command's exact name (a typo, an option first): every command, as before.
+    assert set(_commands(build_parser("build"))) == set(full)
