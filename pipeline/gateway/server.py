@@ -614,14 +614,14 @@ class Gateway:
         cleaned = self.redactor.redact(text)
         return data if cleaned == text else cleaned.encode()
 
-    async def _post(self, payload: bytes) -> tuple[int, bytes]:
+    async def _post(self, payload: list[bytes]) -> tuple[int, bytes]:
         """One POST of a chat call: (status, body), the body read whole up to
         ``max_response_bytes``. A kept-alive connection the engine closed before any
         answer byte is retried once on a new one (pipeline/gateway/upstream.py; 3% of calls
         were 502s before that)."""
         return await self.upstream.post("/chat/completions", payload)
 
-    async def _post_stream(self, payload: bytes) -> tuple[int, Any]:
+    async def _post_stream(self, payload: list[bytes]) -> tuple[int, Any]:
         """``_post`` of a streamed call: (200, the open ``Response``, its body unread) or
         (status, the error body)."""
         resp = await self.upstream.post_stream("/chat/completions", payload)
@@ -828,8 +828,10 @@ def _check_depth(body: dict, raw: bytes, session: Session) -> None:
         session.checked, session.checked_body = history, body
 
 
-def _payload(body: dict, extra: dict, session: Session | None) -> bytes:
-    """``orjson.dumps({**body, **extra})``, byte for byte, without serializing again the
+def _payload(body: dict, extra: dict, session: Session | None) -> list[bytes]:
+    """``orjson.dumps({**body, **extra})`` in pieces (joined, byte for byte; the engine
+    client writes them as they are, so the history's bytes are not copied into one
+    buffer: ~20 µs per copy at 160 KB), without serializing again the
     part of the history (``messages``) that the session's previous request sent: an agent
     re-sends its whole history with every call (~40 µs per call at a 160 KB history).
 
@@ -845,7 +847,7 @@ def _payload(body: dict, extra: dict, session: Session | None) -> bytes:
     if session is None or type(history) is not list or session.parser.items is not history:
         if session is not None:
             session.sent = None
-        return orjson.dumps({**body, **extra})
+        return [orjson.dumps({**body, **extra})]
     memo = session.sent
     if memo is not None and session.parser.prior is memo[0]:
         old = len(memo[0])
@@ -861,7 +863,7 @@ def _payload(body: dict, extra: dict, session: Session | None) -> bytes:
     merged["messages"] = NONCE
     head, _, tail = orjson.dumps(merged).partition(SENTINEL)
     session.sent = (history, pieces)
-    return b"".join((head, b"[", *pieces, b"]", tail))
+    return [head + b"[", *pieces, b"]" + tail]
 
 
 def _literal_starts(patterns: Iterable[str]) -> tuple[str, ...] | None:

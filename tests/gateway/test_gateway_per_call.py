@@ -237,7 +237,7 @@ def test_the_payload_is_the_serialized_request_byte_for_byte(first, steps):
             history = history[: len(history) // 2]
         raw = orjson.dumps({**members, "messages": history})
         body = session.parser.parse(raw, "messages")
-        assert _payload(body, extra, session) == orjson.dumps({**body, **extra})
+        assert b"".join(_payload(body, extra, session)) == orjson.dumps({**body, **extra})
 
 
 def test_the_payload_reuses_the_history_sent_before():
@@ -266,7 +266,7 @@ def test_the_payload_reuses_the_history_sent_before():
             payload = server._payload(body, {"logprobs": True}, session)
         finally:
             server.orjson.dumps = real  # type: ignore[attr-defined]
-        assert payload == real({**body, "logprobs": True})
+        assert b"".join(payload) == real({**body, "logprobs": True})
         if i:
             assert max(sizes) < 400, sizes  # never the whole history again
 
@@ -287,9 +287,9 @@ def test_kept_history_bytes_serve_only_the_list_they_were_made_from():
     history = [*history, {"role": "assistant", "content": "b"}]
     body = session.parser.parse(orjson.dumps({"messages": history}), "messages")
     assert session.parser.prior is not None  # continued, but not the list kept
-    assert _payload(body, {}, session) == orjson.dumps(body)
+    assert b"".join(_payload(body, {}, session)) == orjson.dumps(body)
     translated = {"messages": [dict(m) for m in body["messages"]]}
-    assert _payload(translated, {}, session) == orjson.dumps(translated)
+    assert b"".join(_payload(translated, {}, session)) == orjson.dumps(translated)
     assert session.sent is None
 
 

@@ -139,6 +139,28 @@ def test_answers_are_read_whole_and_the_connection_is_kept(loop):
     } <= set(lines)
 
 
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_body_in_pieces_is_sent_as_its_pieces_joined(loop):
+    """The gateway hands its payload over in pieces (``server._payload``: the history's
+    bytes are not joined into one buffer); the engine gets them joined, with the joined
+    length as Content-Length, on a kept-alive connection as for bytes."""
+    pieces = [b'{"messages":[', b'{"a":1}', b",", b'{"b":' + b"2" * 70_000 + b"}", b"]}"]
+
+    async def main():
+        async with Engine(keep_alive) as engine:
+            up = Upstream(engine.url(), {})
+            got = [await up.post("/x", pieces), await up.post("/x", [b"{}"])]
+            got.append(await up.post("/x", []))
+            await up.close()
+            return engine, got
+
+    engine, got = run(loop, main())
+    whole = b"".join(pieces)
+    assert got == [(200, b"echo:" + whole), (200, b"echo:{}"), (200, b"echo:")]
+    assert b"Content-Length: %d\r\n" % len(whole) in engine.requests[0][0]
+    assert engine.connections == 1
+
+
 def test_the_target_keeps_the_query_and_a_default_port_is_not_in_the_host():
     up = Upstream("https://engine.example/base/v1/?api-version=2024", {})
     assert up.target("/chat/completions") == "/base/v1/chat/completions?api-version=2024"
