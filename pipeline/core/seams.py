@@ -95,10 +95,15 @@ class SegmentBuilder:
         self.engine.append(ids)
         self.engine_length += len(ids)
 
-    def extend_engine_chunks(self, chunks: list[np.ndarray]) -> None:
-        """``extend_engine`` with consecutive chunks (joined when ``engine_tokens`` asks)."""
-        self.engine.extend(chunks)
-        self.engine_length += sum(map(len, chunks))
+    def extend_both(self, chunks: list[np.ndarray]) -> None:
+        """Append consecutive chunks to the training sequence and the engine's view alike
+        (the rendered path; joined when the segment is finished or the view compared).
+        Empty chunks are kept: they join to nothing."""
+        n = sum(map(len, chunks))
+        self.chunks += chunks
+        self.length += n
+        self.engine += chunks
+        self.engine_length += n
 
     def replace_last_output(self, ids: np.ndarray) -> None:
         """The engine's view of the last output, re-tokenized (drift): the engine's last
@@ -110,14 +115,6 @@ class SegmentBuilder:
         if len(ids):
             self.chunks.append(ids)
             self.length += len(ids)
-
-    def add_chunks(self, chunks: list[np.ndarray]) -> None:
-        """``add`` each of ``chunks``, in order."""
-        for ids in chunks:
-            n = len(ids)
-            if n:
-                self.chunks.append(ids)
-                self.length += n
 
     def add_call(
         self,

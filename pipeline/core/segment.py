@@ -68,14 +68,11 @@ class Segmenter:
                 seg = self._start(call, pieces, "none", None)
             else:
                 assert prev is not None and prev_out is not None  # set after the first call
-                tail = self._extension(seg, rendered, prev, prev_out, call, pieces)
-                if tail is None:
+                if not self._extend(seg, rendered, prev, prev_out, call, pieces):
                     done.append(seg.finish())
                     kind = call.rewrite.reason if call.rewrite else _unrewritten(call)
                     trigger = call.rewrite.trigger if call.rewrite else None
                     seg = self._start(call, pieces, kind, trigger)
-                else:
-                    seg.add_chunks(tail)
             out = self._output(call, pieces)
             logprobs = call.message.logprobs
             seg.add_call(
@@ -119,7 +116,7 @@ class Segmenter:
         return SegmentBuilder.opened_by(self._prompt(call, pieces), kind, trigger)
 
     # -- does call i+1 extend the segment? ------------------------------------------------
-    def _extension(
+    def _extend(
         self,
         seg: SegmentBuilder,
         rendered: CallContext | None,
@@ -127,9 +124,9 @@ class Segmenter:
         prev_out: np.ndarray,
         call: CallView,
         pieces: _PieceCache,
-    ) -> list[np.ndarray] | None:
-        """The tokens to append before ``call``'s output (as consecutive chunks: the
-        segment joins its chunks once, when it is finished), or None at a seam."""
+    ) -> bool:
+        """Append to ``seg`` the tokens before ``call``'s output (as consecutive chunks: the
+        segment joins its chunks once, when it is finished); False at a seam."""
         now = call.context
         done = 0 if rendered is None else len(rendered)
         if (
@@ -146,18 +143,21 @@ class Segmenter:
                 pieces.generation_prompt(),
             ]
             if prev.message.output_ids is None or np.array_equal(prev_out, rendered_out):
-                seg.extend_engine_chunks(tail)
-                return tail
+                seg.extend_both(tail)
+                return True
             if self.renderer.decode(prev_out) == self.renderer.decode(rendered_out):
                 # History re-renders the sampled output with other ids, same text: realign.
                 seg.drift_realigned += 1
                 seg.replace_last_output(rendered_out)
-                seg.extend_engine_chunks(tail)
-                return tail
+                seg.extend_both(tail)
+                return True
         ids = extension(
             seg, self._prompt(call, pieces), self.renderer, len(self._generation_prompt_ids)
         )
-        return None if ids is None else [ids]
+        if ids is None:
+            return False
+        seg.add(ids)
+        return True
 
 
 def _unrewritten(call: CallView) -> SeamKind:

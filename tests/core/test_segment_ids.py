@@ -228,7 +228,10 @@ def test_the_engine_view_grown_by_chunks_knows_its_length_and_where_the_last_out
     seg = SegmentBuilder.opened_by(np.array([1, 2, 3], dtype=np.int32), "none", None)
     seg.add_call(0, "action", np.array([10, 11], dtype=np.int32), False, None)
     chunks = [np.array(c, dtype=np.int32) for c in ([9], [], [4, 5, 6], [7])]
-    seg.extend_engine_chunks(chunks)
+    seg.extend_both(chunks)
     seg.add_call(1, "action", np.array([12], dtype=np.int32), False, None)
     assert seg.engine_output_start == 10 and seg.engine_length == 11
     assert seg.engine_tokens().tolist() == [1, 2, 3, 10, 11, 9, 4, 5, 6, 7, 12]
+    # The training sequence grew by the same chunks: the second output's span is at 10.
+    assert seg.length == 11 and seg.spans[1].start == 10
+    assert seg.tokens().tolist() == [1, 2, 3, 10, 11, 9, 4, 5, 6, 7, 12]
