@@ -65,6 +65,8 @@ def test_build_workers_collect_their_youngest_generation_less_often():
     keep their thresholds."""
     import gc
 
+    # The worker is forked from this process: its threshold must not be one it inherited.
+    assert gc.get_threshold()[0] != worker.GC_YOUNG_THRESHOLD
     with worker.process_pool(1) as pool:
         young, older, oldest = pool.submit(gc.get_threshold).result()
     assert young == worker.GC_YOUNG_THRESHOLD > 700
