@@ -4,7 +4,6 @@ and an OpenAI-compatible engine, with the Judge in the loop (``pipeline/gateway/
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -28,121 +27,12 @@ def register(sub) -> None:
         '/s/TASK_ID/ROLLOUT_ID/reward as {"reward": R}. Build with '
         "'seam build-rl OUT/calls --rewards OUT/rewards.jsonl'. Stop with Ctrl-C or SIGTERM.",
     )
-    p.add_argument(
-        "--upstream",
-        required=True,
-        metavar="URL",
-        help="Base URL of the OpenAI-compatible engine, including /v1 (e.g. http://127.0.0.1:8000/v1). "
-        "A key in it (user:KEY@ or ?key=/api_key=...) is sent as a header, never printed or "
-        "recorded.",
-    )
-    p.add_argument("--out", required=True, metavar="DIR", help="Collection directory (created).")
-    p.add_argument("--host", default="127.0.0.1", help="Address to listen on (default 127.0.0.1).")
-    p.add_argument(
-        "--port", type=int, default=8788, help="Port (default 8788; 0 picks a free one)."
-    )
-    from pipeline.common.http_guard import HostOptions
     from pipeline.common.options import add_options
+    from pipeline.gateway.config import FLAG_ORDER
 
-    add_options(p, HostOptions)  # --allow-host, one definition with seam view/gateway
-    p.add_argument(
-        "--durability",
-        choices=["group", "sync", "none"],
-        default="group",
-        help="group (default): each call's line is written before it is answered (survives a "
-        "killed gateway) and fsync'd in background rounds at most 50 ms later (an OS crash or "
-        "power loss loses at most that window); sync: answered only after its line is "
-        "fsync'd, concurrent calls sharing one fsync (survives a power loss); none: never "
-        "fsync'd (survives a killed gateway, not an OS crash).",
-    )
-    p.add_argument(
-        "--log",
-        choices=["delta", "full"],
-        default="delta",
-        help="delta (default): a call that extends its session's previous call is stored as "
-        "the messages and prompt ids it adds, with a full record at least every --full-every "
-        "calls (the log grows about linearly, not with the square of the session); full: "
-        "every call's whole request and prompt ids. Both build the same rows.",
-    )
-    p.add_argument(
-        "--full-every",
-        type=int,
-        default=32,
-        metavar="K",
-        help="With --log delta, a full record at least every K calls of a session (default "
-        "32): a cut or unreadable line costs at most the calls up to the next full record.",
-    )
-    p.add_argument(
-        "--client-timeout",
-        type=float,
-        default=60.0,
-        metavar="S",
-        help="A client connection that sends no whole request within S seconds (idle, or "
-        "trickling its headers or body) is closed (default 60).",
-    )
-    p.add_argument(
-        "--token-ids",
-        choices=["auto", "on", "off"],
-        default="auto",
-        help="Ask the engine for token ids and logprobs (vLLM/SGLang 'return_token_ids', "
-        "'logprobs'). auto: ask, and stop asking if the engine rejects them; off: text only.",
-    )
-    p.add_argument(
-        "--upstream-connections",
-        type=int,
-        default=0,
-        metavar="N",
-        help="At most N connections to the engine at once (default 0: no cap, so hundreds of "
-        "concurrent sessions are not queued behind each other).",
-    )
-    p.add_argument(
-        "--max-response-mb",
-        type=float,
-        default=64.0,
-        metavar="MB",
-        help="An engine answer larger than this is refused (502) and not recorded (default 64).",
-    )
-    p.add_argument(
-        "--upstream-timeout",
-        type=float,
-        default=600.0,
-        metavar="S",
-        help="Total seconds one engine call may take (default 600).",
-    )
-    p.add_argument(
-        "--upstream-connect-timeout",
-        type=float,
-        default=30.0,
-        metavar="S",
-        help="Seconds to open a connection to the engine, TLS included (default 30).",
-    )
-    p.add_argument(
-        "--api-key-env",
-        metavar="NAME",
-        help="Environment variable holding the engine's API key (sent as a bearer token).",
-    )
-    p.add_argument(
-        "--judge",
-        metavar="rules|URL",
-        help="Review every candidate response before the harness sees it: 'rules' (seam's "
-        "rule judge; corrects summaries that drop key state) or the URL of an HTTP judge "
-        "(see docs/gateway.md for its JSON contract). Off by default.",
-    )
-    p.add_argument(
-        "--judge-timeout",
-        type=float,
-        default=30.0,
-        metavar="S",
-        help="Seconds an HTTP judge may take; after that the original goes through (default 30).",
-    )
-    p.add_argument(
-        "--summary-prompt",
-        action="append",
-        metavar="REGEX",
-        help="A regular expression that marks a request's last user message as a compaction "
-        "prompt (its call becomes a summary call). Repeatable; replaces the defaults "
-        "(Claude Code, Codex, OpenHands prompts).",
-    )
+    # Each flag from its field (pipeline/gateway/config.py), listed in the order of before.
+    for config_class, name in FLAG_ORDER:
+        add_options(p, config_class, only=(name,))
     p.set_defaults(func=run)
 
 
@@ -154,65 +44,40 @@ def run(args) -> int:
 
     from judge.loop_judge import RuleJudge
     from pipeline.common.credentials import split_url
+    from pipeline.common.options import config_from_args
+    from pipeline.gateway.config import GatewayConfig, GatewayOptions
     from pipeline.gateway.judging import HttpJudge
     from pipeline.gateway.recorder import Recorder
-    from pipeline.gateway.server import (
-        DEFAULT_SUMMARY_PROMPTS,
-        Gateway,
-        GatewayConfig,
-        event_loop_factory,
-    )
+    from pipeline.gateway.server import Gateway, event_loop_factory
 
     # Only the URLs without their credentials are ever printed or recorded.
     upstream = split_url(args.upstream).url
-    judge_name = split_url(args.judge).url if args.judge and args.judge != "rules" else args.judge
     if not args.upstream.startswith(("http://", "https://")):
         raise UsageError(
             f"--upstream {upstream!r}: give an http(s) URL such as http://127.0.0.1:8000/v1"
         )
-    api_key = None
-    if args.api_key_env:
-        api_key = os.environ.get(args.api_key_env)
-        if not api_key:
-            raise UsageError(f"--api-key-env {args.api_key_env}: that variable is not set")
+    config = config_from_args(GatewayConfig, args)  # checks each flag's value
+    command = config_from_args(GatewayOptions, args)
+    judge = command.judge
+    judge_name = split_url(judge).url if judge and judge != "rules" else judge
     judge_factory: Callable[[Any], Any] | None = None
-    if args.judge == "rules":
+    if judge == "rules":
         judge_factory = lambda client: RuleJudge()  # noqa: E731
-    elif args.judge:
-        if not args.judge.startswith(("http://", "https://")):
+    elif judge:
+        if not judge.startswith(("http://", "https://")):
             raise UsageError(f"--judge {judge_name!r}: give 'rules' or an http(s) URL")
-        judge_factory = lambda client: HttpJudge(args.judge, client, args.judge_timeout)  # noqa: E731
-    if args.full_every < 1 or args.client_timeout <= 0:
-        raise UsageError("--full-every must be 1 or more and --client-timeout positive")
-    if args.upstream_connections < 0 or args.max_response_mb <= 0:
-        raise UsageError("--upstream-connections must be 0 or more and --max-response-mb positive")
-    if args.upstream_timeout <= 0 or args.upstream_connect_timeout <= 0:
-        raise UsageError("--upstream-timeout and --upstream-connect-timeout must be positive")
-    config = GatewayConfig(
-        upstream=args.upstream,
-        token_ids=args.token_ids,
-        upstream_timeout_s=args.upstream_timeout,
-        upstream_connections=args.upstream_connections,
-        upstream_connect_timeout_s=args.upstream_connect_timeout,
-        max_response_bytes=int(args.max_response_mb * (1 << 20)),
-        summary_prompts=tuple(args.summary_prompt or DEFAULT_SUMMARY_PROMPTS),
-        api_key=api_key,
-        listen_host=args.host,
-        allow_hosts=tuple(args.allow_host),
-        log=args.log,
-        full_every=args.full_every,
-        client_timeout_s=args.client_timeout,
-    )
+        judge_url, judge_timeout = judge, command.judge_timeout
+        judge_factory = lambda client: HttpJudge(judge_url, client, judge_timeout)  # noqa: E731
     raise_open_files_limit()  # before the recorder: it keeps logs open within the limit
     recorder = Recorder(
-        Path(args.out),
+        Path(command.out),
         {
             "upstream": upstream,
             "judge": judge_name or None,
-            "token_ids_mode": args.token_ids,
-            "log": args.log if args.log == "full" else f"delta, full every {args.full_every}",
+            "token_ids_mode": config.token_ids,
+            "log": config.log if config.log == "full" else f"delta, full every {config.full_every}",
         },
-        durability=args.durability,
+        durability=command.durability,
     )
     try:
         gateway = Gateway(config, recorder, judge_factory)
@@ -223,7 +88,7 @@ def run(args) -> int:
         # uvloop when installed (less CPU per call); asyncio's own loop otherwise
         tune_gc()
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            return runner.run(_serve(web, gateway, recorder, args.host, args.port))
+            return runner.run(_serve(web, gateway, recorder, config.listen_host, command.port))
     finally:
         recorder.close()
 

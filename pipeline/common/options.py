@@ -45,6 +45,7 @@ class Option:
     """How the command line sets one config field, and what the field does to the output."""
 
     flag: str | None = None  # "--rows-per-shard"; None: no flag (set by code, or by ``set_by``)
+    required: bool = False  # the command line must give the flag (the field has no default)
     # "{default}" is replaced by the flag's default. ``help`` and ``choices`` may be
     # functions, asked when a parser is made (a registry's entries registered after import).
     help: str | Callable[[], str] = ""
@@ -187,7 +188,10 @@ def _argparse_kwargs(field: dataclasses.Field) -> dict[str, Any]:
     if spec.switch:
         kwargs["action"] = "store_true"
         return kwargs
-    kwargs["default"] = default
+    if spec.required:
+        kwargs["required"] = True
+    else:
+        kwargs["default"] = default
     if spec.repeatable:  # its default a list: argparse appends to a copy of it
         kwargs["action"] = "append"
     if spec.type is not None:

@@ -41,6 +41,7 @@ from pipeline.common import http_guard
 from pipeline.common.credentials import split_url, with_path
 from pipeline.common.redact import Redactor
 from pipeline.gateway import streaming
+from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.dialects import (
     DialectError,
     anthropic_sse,
@@ -56,43 +57,11 @@ from pipeline.gateway.recorder import Recorder, check_id
 from pipeline.gateway.request_prefix import NONCE, SENTINEL, RequestParser
 from pipeline.gateway.upstream import Response, Upstream, UpstreamError
 from pipeline.readers import call_delta, raw_ids
-from pipeline.readers.call_delta import FULL_EVERY
 from pipeline.sources.limits import check_depth
 
-DEFAULT_SUMMARY_PROMPTS = (
-    r"create a detailed summary of the conversation",  # Claude Code /compact and auto-compact
-    r"CONTEXT CHECKPOINT COMPACTION",  # Codex
-    r"context-aware state summary",  # OpenHands LLM summarizing condenser
-    r"summari[sz]e the conversation (so far|above)",
-)
 TOKEN_ID_PARAMS = {"logprobs": True, "return_token_ids": True}
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 TRANSLATE = {"anthropic": anthropic_to_openai, "responses": responses_to_openai}
-
-
-@dataclass
-class GatewayConfig:
-    upstream: str  # base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8000/v1
-    token_ids: str = "auto"  # auto | on | off
-    upstream_timeout_s: float = 600.0
-    summary_prompts: tuple[str, ...] = DEFAULT_SUMMARY_PROMPTS
-    api_key: str | None = None  # sent upstream as a bearer token (unless the URL holds a key)
-    # Who may call (pipeline/common/http_guard.py): the address it listens on (a wildcard
-    # address checks no Host), and more names a fleet reaches it by (--allow-host).
-    listen_host: str = "127.0.0.1"
-    allow_hosts: tuple[str, ...] = ()
-    # Connections to the engine: 0 = no cap (aiohttp's default of 100 queued the 101st
-    # of 200 concurrent sessions behind the others: 422 ms median vs 252 ms direct).
-    upstream_connections: int = 0
-    upstream_connect_timeout_s: float = 30.0
-    max_response_bytes: int = 64 * 1024 * 1024  # an engine answer larger is a 502
-    # The call log (pipeline/readers/call_delta.py): "delta" stores a call as what it adds
-    # to the previous call of its session, with a full record at least every full_every.
-    log: str = "delta"
-    full_every: int = FULL_EVERY
-    # A client connection that sends no whole request for this long is closed (idle, or
-    # trickling its headers: aiohttp's keep-alive timer), and a body must arrive within it.
-    client_timeout_s: float = 60.0
 
 
 @dataclass
