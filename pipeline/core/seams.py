@@ -145,9 +145,22 @@ class SegmentBuilder:
 
 
 def joined(chunks: list[np.ndarray]) -> np.ndarray:
+    """The ids of consecutive int32 chunks as one array. A segment is hundreds of small
+    chunks (template text, message texts): their bytes are joined in C by
+    ``bytearray.join`` (~50 ns a chunk; ``np.concatenate`` takes ~190). A chunk that is
+    not a contiguous 4-byte array (the byte count gives a wider one away) is joined by
+    numpy instead."""
     if not chunks:
         return np.zeros(0, dtype=np.int32)
-    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+    if len(chunks) == 1:
+        return chunks[0]
+    try:
+        data = bytearray().join(chunks)  # type: ignore[arg-type]  # arrays are buffers
+    except (BufferError, TypeError, ValueError):
+        return np.concatenate(chunks)
+    if len(data) != 4 * sum(map(len, chunks)):
+        return np.concatenate(chunks)
+    return np.frombuffer(data, dtype=np.int32)
 
 
 def extension(

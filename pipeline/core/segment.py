@@ -98,7 +98,7 @@ class Segmenter:
         if call.message.prompt_ids is not None:
             ids = np.asarray(call.message.prompt_ids, dtype=np.int32)
         elif self.renderer.incremental:
-            ids = np.concatenate([*pieces.context_chunks(call.context), pieces.generation_prompt()])
+            ids = joined([*pieces.context_chunks(call.context), pieces.generation_prompt()])
         else:
             ctx = [template_message(m) for m in call.context]
             ids = self.renderer.encode(self.renderer.render(ctx, pieces.tools, True))

@@ -235,3 +235,18 @@ def test_the_engine_view_grown_by_chunks_knows_its_length_and_where_the_last_out
     # The training sequence grew by the same chunks: the second output's span is at 10.
     assert seg.length == 11 and seg.spans[1].start == 10
     assert seg.tokens().tolist() == [1, 2, 3, 10, 11, 9, 4, 5, 6, 7, 12]
+
+
+def test_joined_chunks_are_numpys_concatenation_and_other_widths_are_not_misread():
+    from pipeline.core.seams import joined
+
+    parts = [[151644, 8948], [], [198], list(range(300)), [2**31 - 1, 0]]
+    chunks = [np.array(p, dtype=np.int32) for p in parts]
+    assert joined(chunks).dtype == np.int32
+    assert joined(chunks).tolist() == np.concatenate(chunks).tolist()
+    assert joined(chunks[:1]) is chunks[0] and joined([]).tolist() == []
+    # An int64 chunk (twice the bytes) or a strided one: joined by value, not by bytes.
+    wide = [chunks[0], np.array([7, 8], dtype=np.int64)]
+    assert joined(wide).tolist() == [151644, 8948, 7, 8]
+    strided = [chunks[3][::2], chunks[0]]
+    assert joined(strided).tolist() == [*range(0, 300, 2), 151644, 8948]
