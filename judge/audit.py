@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
+from judge.facts import paths_memo
 from judge.history import Compaction, compactions
 from judge.summary import SummaryCheck, check_summary
 from judge.workspace import workspace_state
@@ -69,6 +70,11 @@ def audit_rollout(rollout: Rollout) -> list[SummaryAudit]:
     """One audit per summary of the rollout (``history.summary_of`` decides what one is:
     summary calls and rewrite-inserted summaries alike), in order. An opaque summary
     (Codex's encrypted remote compaction) has no text to check and is not audited."""
+    with paths_memo():
+        return _audit_rollout(rollout)
+
+
+def _audit_rollout(rollout: Rollout) -> list[SummaryAudit]:
     audits = []
     for comp in compactions(rollout, replay(rollout)):
         if comp.opaque:

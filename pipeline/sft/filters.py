@@ -30,7 +30,14 @@ from __future__ import annotations
 
 import difflib
 
-from judge.facts import classify, mentions_path, parse_arguments, paths_in, same_path
+from judge.facts import (
+    classify,
+    mentions_path,
+    parse_arguments,
+    paths_in,
+    paths_memo,
+    same_path,
+)
 from judge.history import POST_COMPACTION_CALLS, compactions
 from judge.workspace import workspace_state
 from pipeline.sft.filter_options import FilterOptions
@@ -54,10 +61,11 @@ def rollout_filter(rollout: Rollout, options: FilterOptions) -> tuple[str, str] 
         (options.summary_loops, summary_loop),
         (options.off_task, off_task),
     ]
-    for enabled, check in checks:
-        found = check(rollout) if enabled else None
-        if found:
-            return found
+    with paths_memo():
+        for enabled, check in checks:
+            found = check(rollout) if enabled else None
+            if found:
+                return found
     return None
 
 

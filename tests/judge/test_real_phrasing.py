@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from judge.facts import is_temporary, names_file, paths_in, same_path
+from judge.facts import is_temporary, names_file, paths_in, paths_memo, same_path
 from judge.history import compactions
 from judge.rules import ALL_CHECKS, _commands, _identifiers, continuation_findings, judge_rollout
 from judge.summary import _is_negated, _object_paths, check_summary, summary_body
@@ -196,6 +196,19 @@ def test_the_continuation_looks_around_before_it_runs_one_part_of_the_chain(roll
 )
 def test_paths_in_templates_and_unknown_extensions(text, paths):
     assert paths_in(text) == paths
+
+
+def test_paths_memo_answers_what_a_scan_answers_with_a_list_of_its_own():
+    texts = ["edit src/a.py then tests/test_a.py", "no paths here", "src/a.py and ./b/c.md"]
+    scanned = [paths_in(t) for t in texts]
+    with paths_memo():
+        first = [paths_in(t) for t in texts]
+        first[0].append("appended.py")  # what a caller does with its list (workspace _add)
+        again = [paths_in(t) for t in texts]
+        with paths_memo():  # a nested block (a rollout judged inside another's) starts afresh
+            assert [paths_in(t) for t in texts] == scanned
+    assert again == scanned and first[1:] == scanned[1:]
+    assert [paths_in(t) for t in texts] == scanned  # and nothing is kept after the block
 
 
 def test_file_names_as_summaries_write_them():
