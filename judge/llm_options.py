@@ -10,8 +10,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
-from pipeline.common.options import option
-from pipeline.sources.limits import MIB
+from pipeline.common.options import MIB, in_mib, option
 
 
 def _cache_dir(given: str | None) -> str:
@@ -105,10 +104,7 @@ class ClientConfig:
     max_response_bytes: int = option(
         4 * MIB,
         flag="--max-response-mb",
-        type=float,
-        metavar="MB",
-        to_flag=lambda b: b / MIB,
-        to_field=lambda mb: int(mb * MIB),
+        **in_mib(),
         check=lambda mb: mb > 0,
         error="--max-response-mb must be positive",
         help="Largest response body read, in MiB; a larger one fails that step and is never "

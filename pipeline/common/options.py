@@ -38,6 +38,7 @@ WHEN_SET = "when_set"
 BY_CONTENT = "by_content"
 OUTPUTS = (None, ALWAYS, WHEN_SET, BY_CONTENT)
 DERIVED = object()  # Option.flag_default: the flag's default comes from the field's
+MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,17 @@ def option(default: Any = dataclasses.MISSING, *, factory: Any = None, **spec: A
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def in_mib() -> dict[str, Any]:
+    """``option``'s keyword arguments for a field in bytes that its flag gives in MiB (the
+    input limits, the gateway's and the LLM judge's response caps): one conversion for all."""
+    return {
+        "type": float,
+        "metavar": "MB",
+        "to_flag": lambda b: b / MIB,
+        "to_field": lambda mb: int(mb * MIB),
+    }
 
 
 def nested(factory: Callable[[], Any], **spec: Any) -> Any:

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from pipeline.common.http_guard import HostOptions
-from pipeline.common.options import flag_of, option
+from pipeline.common.options import MIB, flag_of, in_mib, option
 from pipeline.readers.call_delta import FULL_EVERY
 
 DEFAULT_SUMMARY_PROMPTS = (
@@ -22,7 +22,6 @@ DEFAULT_SUMMARY_PROMPTS = (
     r"context-aware state summary",  # OpenHands LLM summarizing condenser
     r"summari[sz]e the conversation (so far|above)",
 )
-MIB = 1 << 20
 
 
 def _summary_prompts(given: list[str] | None) -> tuple[str, ...]:
@@ -123,10 +122,7 @@ class GatewayConfig:
     max_response_bytes: int = option(
         64 * MIB,
         flag="--max-response-mb",
-        type=float,
-        metavar="MB",
-        to_flag=lambda n: n / MIB,
-        to_field=lambda mb: int(mb * MIB),
+        **in_mib(),
         check=_positive,
         error=_CONNECTIONS_OR_RESPONSE,
         help="An engine answer larger than this is refused (502) and not recorded (default "

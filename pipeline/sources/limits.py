@@ -34,10 +34,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, fields
 
-from pipeline.common.options import option, option_of
-
-MIB = 1 << 20
-
+from pipeline.common.options import MIB, in_mib, option, option_of
 
 PER_RECORD = "limits per input record (a record over one is quarantined)"
 QUARANTINE_CAPS = "quarantine.jsonl caps (past them: a sample, and the count of the rest)"
@@ -49,10 +46,7 @@ def _mib(flag: str, what: str, group: str = PER_RECORD) -> dict:
     return {
         "flag": flag,
         "help": f"{what} (default {{default}}).",
-        "type": float,
-        "metavar": "MB",
-        "to_flag": lambda b: b / MIB,
-        "to_field": lambda mb: int(mb * MIB),
+        **in_mib(),
         "check": lambda mb: mb > 0,
         "error": POSITIVE,
         "group": group,
