@@ -28,24 +28,6 @@ from pipeline.inspect.show.audits import register_call_audit
 # judge code. ``import seam`` plugs in the same.
 register_call_audit("summary", "judge.audit:call_findings")
 
-COMMAND_MODULES = [
-    "pipeline.cli.schema",
-    "pipeline.cli.build_rl",
-    "pipeline.cli.ingest",
-    "pipeline.cli.stats",
-    "pipeline.cli.train",
-    "pipeline.cli.judge",
-    "pipeline.cli.sql",
-    "pipeline.cli.report",
-    "pipeline.cli.export",
-    "pipeline.cli.simulate",
-    "pipeline.cli.gateway",
-    "pipeline.cli.verify",
-    "pipeline.cli.show",
-    "pipeline.cli.view",
-    "pipeline.cli.hooks",
-]
-
 # How ``seam --help`` lists the commands: build, check and inspect a build, use it, then
 # the tools around it. A command missing here is listed last.
 COMMAND_ORDER = [
@@ -90,7 +72,8 @@ def handle_termination() -> None:
 
 
 # The module that registers each command (tests/cli/test_consistency.py checks it against
-# what the modules register): ``main`` imports only the named command's module.
+# what the modules register): ``main`` imports only the named command's module, and
+# ``seam --help`` or completion every module of it, once each.
 COMMAND_MODULE = {
     "schema": "pipeline.cli.schema",
     "build-rl": "pipeline.cli.build_rl",
@@ -126,7 +109,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"seam {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules = [COMMAND_MODULE[command]] if command in COMMAND_MODULE else COMMAND_MODULES
+    # Every module once, in the table's order, when no single command is named.
+    modules = (
+        [COMMAND_MODULE[command]]
+        if command in COMMAND_MODULE
+        else dict.fromkeys(COMMAND_MODULE.values())
+    )
     for name in modules:
         importlib.import_module(name).register(sub)
     # The help lists the commands in the order of ``_choices_actions`` (argparse's list
