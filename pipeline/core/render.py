@@ -257,6 +257,15 @@ class ChatRenderer:
         for templates that are not incremental."""
         if self.incremental:
             gen = self.generation_prompt()
+            if self._by_shape:  # the shape's split, found once (``ShapeRenderer.output_pair``)
+                shapes = self._shapes or self._shape_renderer()
+                if self.times is not None and self.time_each_render:
+                    with self.times.step("render"):
+                        pair = shapes.output_pair(call, gen, self.eos_text)
+                else:
+                    pair = shapes.output_pair(call, gen, self.eos_text)
+                if pair is not None:
+                    return pair
             piece = self.piece(call, False, tools)
             if not piece.startswith(gen):
                 raise TemplateError("assistant turn does not start with the generation prompt")

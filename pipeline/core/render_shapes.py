@@ -421,31 +421,68 @@ class ShapeRenderer:
         # Per shape: its skeleton and which of its parts are constants (None: Jinja renders
         # it), found with one lookup per message.
         self._plans: dict[tuple, tuple[Skeleton, tuple[bool, ...]] | None] = {}
+        # Per shape: its output's skeleton, which parts are constants, its trailer and the
+        # characters of the piece around the output (``output_pair``; None: cut the piece).
+        self._splits: dict[tuple, tuple[Skeleton, tuple[bool, ...], str, int] | None] = {}
+        self._split_by: tuple[str, str] | None = None  # the (gen, eos) of ``_splits``
 
-    def piece(self, message: dict) -> Piece | None:
+    def _flattened(self, message: dict) -> tuple[tuple, list] | None:
+        """(shape, texts) of ``message``, or None where Jinja renders every message."""
         if self._template is None:
             return None
         try:
-            shape, texts = flatten(message)
+            return flatten(message)
         except Unsupported:
             return None
+
+    def piece(self, message: dict) -> Piece | None:
+        flat = self._flattened(message)
+        if flat is None:
+            return None
+        shape, texts = flat
         plan = self._plans.get(shape, _UNSEEN)
         if plan is _UNSEEN:
             plan = self._plan(shape, message, texts)
         if plan is None:
             return None
         skeleton, fixed = plan
-        parts = [
-            part
-            if type(part) is str
-            else texts[part]
-            if type(part) is int
-            else part[0](texts[part[1]], *part[2], **part[3])
-            for part in skeleton
-        ]
+        parts = _filled(skeleton, texts)
         if sum(map(len, parts)) + len(self.base_text) > MAX_RENDERED_CHARS:
             return None  # Jinja raises the size error
         return Piece.of(parts, fixed)
+
+    def output_pair(self, message: dict, gen: str, eos: str) -> tuple[str, str] | None:
+        """``piece(message)`` after the generation prompt ``gen``, split after its last
+        ``eos``: (output, trailer), equal in text and parts to what cutting the piece gives
+        (``ChatRenderer._split_output_at``). Where the shape's first part is template text
+        that starts with ``gen`` and its last is template text holding ``eos``, the cut
+        falls at the same place in every piece of the shape (``eos`` found last in the
+        piece is found in its last part, which ends it): the split is found once per
+        shape and only the output's parts are filled in, instead of filling the whole
+        piece, searching it for ``eos`` and cutting it twice at every assistant message.
+        None where the caller cuts the piece itself (another shape, or Jinja renders it)."""
+        if (gen, eos) != self._split_by:  # the splits hold for one prompt and one token
+            self._splits.clear()
+            self._split_by = (gen, eos)
+        flat = self._flattened(message)
+        if flat is None:
+            return None
+        shape, texts = flat
+        split = self._splits.get(shape, _UNSEEN)
+        if split is _UNSEEN:
+            plan = self._plans.get(shape, _UNSEEN)
+            if plan is _UNSEEN:
+                plan = self._plan(shape, message, texts)
+            split = None if plan is None else _output_split(plan[0], gen, eos)
+            if len(self._splits) < MAX_SHAPES:
+                self._splits[shape] = split
+        if split is None:
+            return None
+        skeleton, fixed, trailer, around = split
+        parts = _filled(skeleton, texts)
+        if sum(map(len, parts)) + around + len(self.base_text) > MAX_RENDERED_CHARS:
+            return None  # the piece is over the limit: Jinja raises the size error
+        return Piece.of(parts, fixed), trailer
 
     def _plan(
         self, shape: tuple, message: dict, texts: list
@@ -476,6 +513,43 @@ class ShapeRenderer:
         if _current.observed is not None or not rendered.startswith(self.base_text):
             return None
         return _skeleton(rendered[len(self.base_text) :], slots)
+
+
+def _filled(skeleton: Skeleton, texts: list) -> list[str]:
+    """The parts of a piece of ``skeleton``'s shape: constants, texts and filtered texts."""
+    return [
+        part
+        if type(part) is str
+        else texts[part]
+        if type(part) is int
+        else part[0](texts[part[1]], *part[2], **part[3])
+        for part in skeleton
+    ]
+
+
+def _output_split(
+    skeleton: Skeleton, gen: str, eos: str
+) -> tuple[Skeleton, tuple[bool, ...], str, int] | None:
+    """A shape's output skeleton, which of its parts are constants, its trailer and how
+    many characters of the piece lie outside the output (``ShapeRenderer.output_pair``),
+    or None where the cut is not the same for every piece of the shape: the first part is
+    not template text starting with ``gen``, the last is not template text holding
+    ``eos``, or the output holds no text of the message. The output's parts are those a
+    cut of the piece keeps (``Piece.cut``): the first part after ``gen`` (left out where
+    nothing remains of it), the parts between, the last part up to the end of its last
+    ``eos``."""
+    if len(skeleton) < 2 or type(skeleton[0]) is not str or type(skeleton[-1]) is not str:
+        return None
+    first, last = skeleton[0], skeleton[-1]
+    at = last.rfind(eos)
+    if not first.startswith(gen) or at < 0:
+        return None
+    end = at + len(eos)
+    head = first[len(gen) :]
+    output = ((head,) if head else ()) + skeleton[1:-1] + (last[:end],)
+    if all(type(p) is str for p in output):
+        return None  # template text only: a cut makes it a plain string, not a ``Piece``
+    return output, tuple(type(p) is str for p in output), last[end:], len(gen) + len(last) - end
 
 
 def _skeleton(rendered: str, slots: list) -> Skeleton:

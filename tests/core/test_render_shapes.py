@@ -9,13 +9,17 @@ a text in one way and must be declined for the shapes that reach it.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import jinja2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.chat_jinja import compile_chat_template, render_bounded
-from pipeline.core.render_shapes import ShapeRenderer, flatten
+from pipeline.core.junctions import Piece
+from pipeline.core.render import ChatRenderer
+from pipeline.core.render_shapes import ShapeRenderer, _output_split, flatten
 from pipeline.core.tokenizer import CHAT_TEMPLATES
 from tests.examples import examples
 
@@ -145,6 +149,80 @@ def test_a_piece_by_shape_is_the_jinja_piece_or_declined(renderers, message):
             assert got == jinja_piece(source, message), name
     if message["role"] == "assistant" and message["content"]:  # an empty text is not a slot
         assert renderers["qwen3-like"].piece(message) is None
+
+
+# End-of-turn texts to split outputs at: each template's own, and a newline (also inside texts).
+EOS = ["<|im_end|>", "<|eot_id|>", "</a>", "\n"]
+
+
+def generation_prompt(source: str) -> str:
+    template = compile_chat_template(source)
+    without = render_bounded(template, messages=BASE, **VARIABLES)
+    gen = {**VARIABLES, "add_generation_prompt": True}
+    return render_bounded(template, messages=BASE, **gen)[len(without) :]
+
+
+def cut_output(piece: str, gen: str, eos: str) -> tuple[str, str]:
+    """What a renderer makes of a piece: cut after ``gen`` and after its last ``eos``."""
+    assert piece.startswith(gen)
+    return ChatRenderer._split_output_at(SimpleNamespace(eos_text=eos), piece, len(gen))
+
+
+def same_cut(got: str, expected: str) -> bool:
+    """Equal text, type (``Piece`` or plain) and, for a ``Piece``, parts."""
+    if got != expected or type(got) is not type(expected):
+        return False
+    return type(got) is not Piece or (
+        tuple(got.parts) == tuple(expected.parts) and tuple(got.fixed) == tuple(expected.fixed)
+    )
+
+
+@settings(
+    max_examples=examples(100, 600),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(message=messages())
+def test_an_output_split_by_shape_is_the_cut_of_its_piece(renderers, message):
+    """``output_pair``'s split, found once per shape, is what cutting each piece gives:
+    the same texts and the same parts (the tokenizer cuts at them)."""
+    for name in PLACING:
+        shapes, gen = renderers[name], generation_prompt(PLACING[name])
+        for eos in EOS:
+            got = shapes.output_pair(message, gen, eos)
+            if got is None:
+                continue
+            expected = cut_output(shapes.piece(message), gen, eos)
+            assert same_cut(got[0], expected[0]) and same_cut(got[1], expected[1]), (name, eos)
+
+
+def test_an_output_split_is_found_once_per_shape_where_the_template_ends_the_turn():
+    """Hand-checked on chatml-tools: an assistant turn's output ends at its <|im_end|>, the
+    trailer is the newline after it, both kept per shape; a shape whose last part is a
+    text (the cut would depend on the text) is left to the caller."""
+    shapes = shapes_for(CHAT_TEMPLATES["chatml-tools"])
+    gen = "<|im_start|>assistant\n"
+    call = {"id": "c", "type": "function", "function": {"name": "grep", "arguments": {"q": "x"}}}
+    message = {"role": "assistant", "content": "Looking.", "tool_calls": [call]}
+    output, trailer = shapes.output_pair(message, gen, "<|im_end|>")
+    assert (output, trailer) == (
+        'Looking.\n<tool_call>\n{"name": "grep", "arguments": {"q": "x"}}\n</tool_call><|im_end|>',
+        "\n",
+    )
+    assert output.parts[0] == "Looking." and not output.fixed[0]
+    (split,) = shapes._splits.values()
+    assert split is not None and split[2] == "\n"
+    # The macros template writes the turn's number after its last text: no "\n" there.
+    macros = shapes_for(MACROS)
+    assert macros.output_pair({"role": "assistant", "content": "a"}, "", "\n") is None
+    # An output of template text alone is a plain string when cut: left to the caller too.
+    assert _output_split(("<a>", "</a>\n"), "<a>", "</a>") is None
+    assert _output_split(("<a>", 0, "</a>\n"), "<a>", "</a>") == (
+        (0, "</a>"),
+        (False, True),
+        "\n",
+        4,
+    )
 
 
 def test_a_tool_result_piece_is_constants_around_its_text():
