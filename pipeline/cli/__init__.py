@@ -124,33 +124,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-# Commands whose first work is loading the build's tokenizer (``--tokenizer``,
-# ``--chat-template``).
+# The build commands: ``entry`` ends them without Python's teardown.
 BUILD_COMMANDS = ("build-rl", "build-sft")
-
-
-def prefetch_tokenizer(argv: list[str]) -> None:
-    """A build's tokenizer starts loading before the command modules are imported: the
-    load runs in Rust without the GIL (``prefetch_build_tokenizer``), so importing and
-    parsing (~0.6 s) and the load (~0.6 s) overlap. The arguments are read from the
-    command line as written (the flags' last values); a guess that misses (an abbreviated
-    flag, a value that looks like one) costs a load on an idle thread, never the output:
-    the build asks for its tokenizer by its parsed arguments."""
-    if not argv or argv[0] not in BUILD_COMMANDS or {"-h", "--help"} & set(argv):
-        return
-    from pipeline.core.tokenizer import prefetch_build_tokenizer
-
-    prefetch_build_tokenizer(_last_value(argv, "--tokenizer"), _last_value(argv, "--chat-template"))
-
-
-def _last_value(argv: list[str], flag: str) -> str | None:
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg[len(flag) + 1 :]
-    return value
 
 
 def entry() -> NoReturn:
@@ -173,7 +148,6 @@ def entry() -> NoReturn:
 
 def main(argv: list[str] | None = None) -> int:
     args_given = sys.argv[1:] if argv is None else argv
-    prefetch_tokenizer(args_given)
     # Shell completion asks about any command: it gets them all.
     completing = "_ARGCOMPLETE" in os.environ
     parser = build_parser(None if completing or not args_given else args_given[0])

@@ -9,7 +9,6 @@ import pytest
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
-from pipeline.cli import prefetch_tokenizer
 from pipeline.core import tokenizer as tok
 from pipeline.core.tokenizer import TokenizerError, load_build_tokenizer, prefetch_build_tokenizer
 
@@ -56,26 +55,3 @@ def test_no_prefetch_for_a_directory_the_build_would_refuse(tmp_path, nothing_lo
     prefetch_build_tokenizer(str(tmp_path / "missing"), None)  # not a directory
     prefetch_build_tokenizer(str(tmp_path), None)  # no tokenizer.json (transformers' path)
     assert not tok._PREFETCHED
-
-
-def test_the_command_line_names_the_tokenizer_to_prefetch(monkeypatch):
-    asked = []
-    monkeypatch.setattr(tok, "prefetch_build_tokenizer", lambda *a: asked.append(a))
-    prefetch_tokenizer(["build-rl", "in.jsonl", "--out", "o"])
-    prefetch_tokenizer(
-        [
-            "build-sft",
-            "x",
-            "--tokenizer",
-            "A",
-            "--chat-template=B",
-            "--out",
-            "o",
-            "--tokenizer",
-            "C",
-        ]
-    )
-    assert asked == [(None, None), ("C", "B")]
-    for argv in (["build-rl", "x", "--help"], ["verify", "o"], ["-h"], []):
-        prefetch_tokenizer(argv)
-    assert len(asked) == 2
