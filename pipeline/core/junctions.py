@@ -189,6 +189,7 @@ class Junctions:
         at = 0
         last = len(parts) - 1
         near, known = self._near, self._near_cache
+        at_junctions = True  # every cut so far falls at a junction of two parts
         for i, part in enumerate(parts):
             start = at
             at += len(part)
@@ -205,6 +206,7 @@ class Junctions:
                     cut = near(piece, start, parts[i - 1], fixed[i - 1], -1)
                 if cut is not None:
                     cuts.append(start + cut)
+                at_junctions = at_junctions and cut == 0
             if i < last:
                 cut = (
                     known.get((parts[i + 1], 1, part[-1:]), _UNKNOWN) if fixed[i + 1] else _UNKNOWN
@@ -213,8 +215,14 @@ class Junctions:
                     cut = near(piece, at, parts[i + 1], fixed[i + 1], 1)
                 if cut is not None:
                     cuts.append(at + cut)
+                at_junctions = at_junctions and cut == 0
         if not cuts:
             return [piece]
+        # Cut at every junction (most pieces: both ends of each text proven): the units are
+        # the parts themselves, not slices of the piece. The template's parts are then the
+        # shape's own strings, whose hashes the encode cache's lookups find computed.
+        if at_junctions and len(set(cuts)) == last:
+            return list(parts)
         if len(cuts) > 1:
             cuts = sorted(set(cuts))
         bounds = [0, *cuts, len(piece)]

@@ -254,6 +254,18 @@ def test_units_are_cut_at_template_text_and_texts():
     assert renderer.junctions.units(piece) == ["<|im_start|>user", "\n  x", "<|im_end|>\n"]
 
 
+def test_units_cut_at_every_junction_are_the_parts_themselves():
+    """Where every junction is cut, the units are the piece's part objects (the template's
+    own strings); two template parts side by side are never cut apart (no junction rule
+    covers them), so there the units are slices that keep them together."""
+    renderer = ChatRenderer(load_build_tokenizer())
+    piece = renderer.piece({"role": "tool", "tool_call_id": "c0", "content": "x = 1"}, False, None)
+    units = renderer.junctions.units(piece)
+    assert units == list(piece.parts) and all(u is p for u, p in zip(units, piece.parts))
+    piece = Piece.of(["<|im_start|>", "user\n", "x = 1", "\n"], [True, True, False, True])
+    assert renderer.junctions.units(piece) == ["<|im_start|>user\n", "x = 1", "\n"]
+
+
 def test_a_piece_with_no_cut_is_one_unit_and_empty_is_empty():
     junctions = Junctions.for_backend(load_build_tokenizer().backend_tokenizer)
     assert junctions is not None
