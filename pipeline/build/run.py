@@ -35,7 +35,6 @@ import os
 import shutil
 import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -46,6 +45,7 @@ from pipeline.build.config import BuildConfig
 from pipeline.build.engines import ENGINES
 from pipeline.build.executor import running
 from pipeline.build.finalize import Finalizing, final_steps, run_final_steps
+from pipeline.build.input_hashes import start_digests
 from pipeline.build.manifest import Manifest, ManifestError
 from pipeline.build.steps import PipelineStats
 from pipeline.build.worker import TaskResult, part_paths
@@ -55,7 +55,7 @@ from pipeline.common.errors import SeamError
 from pipeline.common.step_times import StepTimes
 from pipeline.core.shard_schema import SHARD_SCHEMA_VERSION
 from pipeline.sources.files import Task, plan_tasks, resolve_inputs, walked_files
-from pipeline.sources.read_hash import BLOCK, changed_blocks, file_digests, recording
+from pipeline.sources.read_hash import BLOCK, changed_blocks, recording
 
 
 class BuildError(SeamError, ValueError):
@@ -223,16 +223,11 @@ def _run_build_reading(
     files = resolve_inputs(config.inputs)
     check_out_path(Path(config.out), files, config.inputs)
     states = [_file_state(f) for f in files]  # before the first byte is hashed
-    # Hashing reads every input byte; hashlib releases the GIL, so it runs on threads
-    # while this thread loads the tokenizer (which holds the GIL) and probes the template.
-    stop = threading.Event()  # set when the build fails first: exit without reading on
-    hashing = ThreadPoolExecutor(
-        max_workers=max(1, min(len(files), os.cpu_count() or 1)), thread_name_prefix="seam-hash"
-    )
     # The file's sha256 and its block digests (``read_hash``): what the tasks read is
-    # checked against them before anything is published.
-    digests = [hashing.submit(file_digests, f, stop) for f in files]
-    hashing.shutdown(wait=False)
+    # checked against them before anything is published. Hashed in child processes
+    # (``input_hashes``) while this process loads the tokenizer, which holds the GIL.
+    stop = threading.Event()  # set when the build fails first: exit without reading on
+    digests = start_digests(files, stop)
     try:
         return _run_build(config, command, files, digests, states, start)
     finally:
