@@ -73,27 +73,29 @@ def template_message(msg: MessageEvent) -> dict:
     if msg.reasoning:
         out["reasoning_content"] = msg.reasoning
     if msg.tool_calls:
-        calls = []
-        for call in msg.tool_calls:
-            try:
-                args = orjson.loads(call.arguments)
-            except orjson.JSONDecodeError:
-                args = call.arguments
-            if not isinstance(args, dict):
-                args = call.arguments
-            calls.append(
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": args},
-                }
-            )
-        out["tool_calls"] = calls
+        out["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call_arguments(call.arguments)},
+            }
+            for call in msg.tool_calls
+        ]
     if msg.role == "tool":
         out["tool_call_id"] = msg.tool_call_id
         if msg.name:
             out["name"] = msg.name
     return out
+
+
+def call_arguments(arguments: str) -> dict | str:
+    """A tool call's arguments as a template sees them: the mapping they parse to when
+    they are a JSON object, else the raw string the model wrote."""
+    try:
+        args = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+    return args if isinstance(args, dict) else arguments
 
 
 def _compile(source: str):
@@ -194,13 +196,29 @@ class ChatRenderer:
             return self._first_piece(msg_dict, tools)
         if self._by_shape:
             shapes = self._shapes or self._shape_renderer()
-            if self.times is not None and self.time_each_render:
-                with self.times.step("render"):
-                    text = shapes.piece(msg_dict)
-            else:
-                text = shapes.piece(msg_dict)
+            text = self._timed(shapes.piece, msg_dict)
             if text is not None:
                 return text
+        return self._jinja_piece(msg_dict)
+
+    def message_piece(self, msg: MessageEvent, tools: list | None) -> str:
+        """``piece(template_message(msg), False, tools)``, by shape read off the message
+        itself (``render_shapes.flatten_event``): the dict is made only for Jinja."""
+        if self._by_shape:
+            shapes = self._shapes or self._shape_renderer()
+            text = self._timed(shapes.piece, msg)
+            if text is not None:
+                return text
+        return self._jinja_piece(template_message(msg))
+
+    def _timed(self, render, *args):
+        """``render(*args)``, timed as ``render`` unless a caller times a run of renders."""
+        if self.times is not None and self.time_each_render:
+            with self.times.step("render"):
+                return render(*args)
+        return render(*args)
+
+    def _jinja_piece(self, msg_dict: dict) -> str:
         base = self._base_text(False)
         full = self.render(_BASE + [msg_dict], None, False)
         if not full.startswith(base):
@@ -250,6 +268,16 @@ class ChatRenderer:
         cut += len(self.eos_text)
         return sub(text, start, cut), sub(text, cut)
 
+    def message_output(self, msg: MessageEvent, tools: list | None) -> tuple[str, str]:
+        """``output_text(template_message(msg), tools)`` on an incremental template, by
+        shape read off the message itself (``render_shapes.flatten_event``)."""
+        if self.incremental and self._by_shape:
+            shapes = self._shapes or self._shape_renderer()
+            pair = self._timed(shapes.output_pair, msg, self.generation_prompt(), self.eos_text)
+            if pair is not None:
+                return pair
+        return self.output_text(template_message(msg), tools)
+
     def output_text(
         self, call: dict, tools: list | None, context: Sequence[dict] | None = None
     ) -> tuple[str, str]:
@@ -259,11 +287,7 @@ class ChatRenderer:
             gen = self.generation_prompt()
             if self._by_shape:  # the shape's split, found once (``ShapeRenderer.output_pair``)
                 shapes = self._shapes or self._shape_renderer()
-                if self.times is not None and self.time_each_render:
-                    with self.times.step("render"):
-                        pair = shapes.output_pair(call, gen, self.eos_text)
-                else:
-                    pair = shapes.output_pair(call, gen, self.eos_text)
+                pair = self._timed(shapes.output_pair, call, gen, self.eos_text)
                 if pair is not None:
                     return pair
             piece = self.piece(call, False, tools)

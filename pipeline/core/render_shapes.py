@@ -70,6 +70,8 @@ from pipeline.core.chat_jinja import (
     render_bounded_parts,
 )
 from pipeline.core.junctions import Piece
+from pipeline.core.render import call_arguments, template_message
+from schemas.rollout import MessageEvent
 
 # Strings whose value is part of a message's shape: a handful of values each, and templates
 # branch on them (``message.role == "user"``, ``call.type``).
@@ -124,6 +126,58 @@ def _walk(value: Any, key: str | None, shape: list, texts: list) -> None:
         shape.append((kind, value))
     else:
         raise Unsupported(f"a value of type {kind.__name__}")
+
+
+def flatten_event(msg: MessageEvent) -> tuple[tuple, list]:
+    """``flatten(template_message(msg))``, read off the canonical message without building
+    the dict (a build flattens every message it renders: the dict and the walk over it
+    cost about as much as filling in the piece). Keys, in ``template_message``'s order:
+    role, content, reasoning_content (when set), tool_calls (id, type, function: name,
+    arguments), tool_call_id and name (tool messages)."""
+    content = msg.content
+    shape: list = [_DICT, "role", msg.role, "content"]
+    texts: list = []
+    if content:
+        shape.append(_TEXT)
+        texts.append(content)
+    else:
+        shape.append(_EMPTY)
+    if msg.reasoning:
+        shape += ("reasoning_content", _TEXT)
+        texts.append(msg.reasoning)
+    if msg.tool_calls:
+        shape += ("tool_calls", _LIST)
+        for call in msg.tool_calls:
+            shape += (_DICT, "id")
+            _text(call.id, shape, texts)
+            shape += ("type", "function", "function", _DICT, "name")
+            _text(call.name, shape, texts)
+            shape.append("arguments")
+            args = call_arguments(call.arguments)
+            if isinstance(args, dict):  # one slot, never looked into (``_walk``)
+                shape.append(_MAP if args else _EMPTY_MAP)
+                texts.append(args)
+            else:
+                _text(args, shape, texts)
+            shape += (_END, _END)
+        shape.append(_END)
+    if msg.role == "tool":
+        shape.append("tool_call_id")
+        _walk(msg.tool_call_id, "tool_call_id", shape, texts)
+        if msg.name:
+            shape += ("name", _TEXT)
+            texts.append(msg.name)
+    shape.append(_END)
+    return tuple(shape), texts
+
+
+def _text(value: str, shape: list, texts: list) -> None:
+    """A text that is no shape key, as ``_walk`` describes it."""
+    if value:
+        shape.append(_TEXT)
+        texts.append(value)
+    else:
+        shape.append(_EMPTY)
 
 
 # -- stand-ins ------------------------------------------------------------------------------
@@ -426,16 +480,17 @@ class ShapeRenderer:
         self._splits: dict[tuple, tuple[Skeleton, tuple[bool, ...], str, int] | None] = {}
         self._split_by: tuple[str, str] | None = None  # the (gen, eos) of ``_splits``
 
-    def _flattened(self, message: dict) -> tuple[tuple, list] | None:
-        """(shape, texts) of ``message``, or None where Jinja renders every message."""
+    def _flattened(self, message: dict | MessageEvent) -> tuple[tuple, list] | None:
+        """(shape, texts) of ``message`` (a template message, or a canonical one read as
+        ``template_message`` writes it), or None where Jinja renders every message."""
         if self._template is None:
             return None
         try:
-            return flatten(message)
+            return flatten(message) if isinstance(message, dict) else flatten_event(message)
         except Unsupported:
             return None
 
-    def piece(self, message: dict) -> Piece | None:
+    def piece(self, message: dict | MessageEvent) -> Piece | None:
         flat = self._flattened(message)
         if flat is None:
             return None
@@ -451,7 +506,9 @@ class ShapeRenderer:
             return None  # Jinja raises the size error
         return Piece.of(parts, fixed)
 
-    def output_pair(self, message: dict, gen: str, eos: str) -> tuple[str, str] | None:
+    def output_pair(
+        self, message: dict | MessageEvent, gen: str, eos: str
+    ) -> tuple[str, str] | None:
         """``piece(message)`` after the generation prompt ``gen``, split after its last
         ``eos``: (output, trailer), equal in text and parts to what cutting the piece gives
         (``ChatRenderer._split_output_at``). Where the shape's first part is template text
@@ -485,11 +542,13 @@ class ShapeRenderer:
         return Piece.of(parts, fixed), trailer
 
     def _plan(
-        self, shape: tuple, message: dict, texts: list
+        self, shape: tuple, message: dict | MessageEvent, texts: list
     ) -> tuple[Skeleton, tuple[bool, ...]] | None:
         """A new shape's skeleton (``_analyse``) and which of its parts are the template's
         own text: what the tokenizer may cut at (``junctions``)."""
         assert self._template is not None  # ``piece`` asks only then
+        if not isinstance(message, dict):  # the analysis renders the template message
+            message = template_message(message)
         skeleton = self._analyse(self._template, message, texts)
         plan = None if skeleton is None else (skeleton, tuple(type(p) is str for p in skeleton))
         if len(self._plans) < MAX_SHAPES:

@@ -236,10 +236,10 @@ class _PieceCache:
             size = 0
             for m in messages:
                 if m.role == "assistant":
-                    new = list(self.r.output_text(template_message(m), self.tools))
+                    new = list(self.r.message_output(m, self.tools))
                     jobs.append(("output", m.id))
                 elif (m.id, False) not in self._pieces:
-                    new = [self.r.piece(template_message(m), False, self.tools)]
+                    new = [self.r.message_piece(m, self.tools)]
                     jobs.append(("piece", (m.id, False)))
                 else:
                     continue

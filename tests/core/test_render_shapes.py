@@ -9,6 +9,7 @@ a text in one way and must be declined for the shapes that reach it.
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import jinja2
@@ -18,9 +19,10 @@ from hypothesis import strategies as st
 
 from pipeline.core.chat_jinja import compile_chat_template, render_bounded
 from pipeline.core.junctions import Piece
-from pipeline.core.render import ChatRenderer
-from pipeline.core.render_shapes import ShapeRenderer, _output_split, flatten
+from pipeline.core.render import ChatRenderer, template_message
+from pipeline.core.render_shapes import ShapeRenderer, _output_split, flatten, flatten_event
 from pipeline.core.tokenizer import CHAT_TEMPLATES
+from schemas.rollout import MessageEvent, ToolCall
 from tests.examples import examples
 
 BASE = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
@@ -223,6 +225,49 @@ def test_an_output_split_is_found_once_per_shape_where_the_template_ends_the_tur
         "\n",
         4,
     )
+
+
+ARGUMENTS = st.one_of(
+    st.dictionaries(TEXTS, JSON, max_size=3).map(json.dumps),  # a JSON object, {} too
+    JSON.map(json.dumps),  # any JSON value: an array, a string, a number...
+    TEXTS,  # most are not JSON at all
+)
+
+
+@st.composite
+def canonical_messages(draw) -> MessageEvent:
+    """Canonical messages of every role, with the optional fields set or not."""
+    role = draw(st.sampled_from(["system", "user", "assistant", "tool"]))
+    fields: dict = {"id": "m1", "role": role, "content": draw(TEXTS)}
+    if role == "assistant":
+        fields["reasoning"] = draw(st.none() | TEXTS)
+        fields["tool_calls"] = [
+            ToolCall(id=f"c{i}", name=draw(TEXTS.filter(bool)), arguments=draw(ARGUMENTS))
+            for i in range(draw(st.integers(0, 3)))
+        ]
+    if role == "tool":
+        fields["tool_call_id"] = draw(TEXTS.filter(bool))
+        fields["name"] = draw(st.none() | TEXTS)
+    return MessageEvent(**fields)
+
+
+@settings(
+    max_examples=examples(200, 1000),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(message=canonical_messages())
+def test_a_canonical_message_flattens_as_its_template_message(renderers, message):
+    """``flatten_event`` reads the shape and texts off the message as ``flatten`` reads them
+    off ``template_message``'s dict, so both find the same piece (or both decline)."""
+    as_dict = template_message(message)
+    assert flatten_event(message) == flatten(as_dict)
+    for name in ("chatml-tools", "llama-like", "qwen3-like"):
+        shapes = renderers[name]
+        assert shapes.piece(message) == shapes.piece(as_dict), name
+    # A shape first met as a canonical message is analysed as its template message.
+    source = CHAT_TEMPLATES["chatml-tools"]
+    assert shapes_for(source).piece(message) == jinja_piece(source, as_dict)
 
 
 def test_a_tool_result_piece_is_constants_around_its_text():
