@@ -23,8 +23,6 @@ import importlib.util
 import json
 import os
 import shutil
-import threading
-from concurrent.futures import Future
 from functools import lru_cache
 from pathlib import Path
 
@@ -315,53 +313,11 @@ def tokenizer_dir(spec: str | None) -> Path:
     return path
 
 
-# Loads started ahead (``prefetch_build_tokenizer``), by arguments: the first
-# ``load_build_tokenizer`` of the same arguments takes its result.
-_PREFETCHED: dict[tuple[str | None, str | None], Future[LocalTokenizer]] = {}
-
-
 @lru_cache(maxsize=4)
 def load_build_tokenizer(
     spec: str | None = None, chat_template: str | None = None
 ) -> LocalTokenizer:
     """The tokenizer the build renders and encodes with (torch-free when possible)."""
-    pending = _PREFETCHED.pop((spec, chat_template), None)
-    if pending is not None:
-        return pending.result()  # the load's error, if it failed, is raised here
-    return _load_build_tokenizer(spec, chat_template)
-
-
-def prefetch_build_tokenizer(spec: str | None = None, chat_template: str | None = None) -> None:
-    """Start ``load_build_tokenizer(spec, chat_template)`` on a thread, in a process that
-    has loaded none yet. ``Tokenizer.from_file`` parses tokenizer.json (0.5-1.5 s) in Rust
-    without holding the GIL, so the caller's imports and argument parsing go on meanwhile
-    (``seam build-rl`` starts it before importing its commands). A directory without a
-    tokenizer.json (loaded by transformers, under the GIL) or a spec that names none is
-    left to ``load_build_tokenizer``, which says what is wrong."""
-    key = (spec, chat_template)
-    if key in _PREFETCHED or load_build_tokenizer.cache_info().currsize:
-        return
-    try:
-        # Here, not on the thread: building the default tokenizer's directory on first use
-        # must not race a caller that asks for that directory meanwhile.
-        if not (tokenizer_dir(spec) / "tokenizer.json").is_file():
-            return
-    except TokenizerError:
-        return
-    future: Future[LocalTokenizer] = Future()
-
-    def load() -> None:
-        try:
-            future.set_result(_load_build_tokenizer(spec, chat_template))
-        except Exception as exc:
-            future.set_exception(exc)
-
-    _PREFETCHED[key] = future
-    # A daemon: a command that ends first (--help, a usage error) does not wait for it.
-    threading.Thread(target=load, name="seam-tokenizer", daemon=True).start()
-
-
-def _load_build_tokenizer(spec: str | None, chat_template: str | None) -> LocalTokenizer:
     from tokenizers import Tokenizer
 
     path = tokenizer_dir(spec)
