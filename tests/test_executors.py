@@ -183,3 +183,30 @@ def test_ray_results_are_put_back_in_task_order_whatever_order_the_actors_finish
         assert all(j in seen for j in range(len(out) + 1))
         out.append(r.task)
     assert out == indices
+
+
+def test_tasks_run_in_this_process_collect_garbage_as_a_worker_does(inputs, tmp_path, monkeypatch):
+    """One worker: the tasks run in the build process with a worker's cyclic GC (its loaded
+    objects frozen, the youngest generation collected every ``GC_YOUNG_THRESHOLD``
+    allocations), and the process's own settings come back after them."""
+    import gc
+
+    from pipeline.build import executor as executor_module
+    from pipeline.build.worker import GC_YOUNG_THRESHOLD
+
+    config = BuildConfig(inputs=[str(inputs)], out=str(tmp_path / "out"), workers=1, progress=False)
+    tasks = plan_tasks([inputs], "auto", chunk_bytes=inputs.stat().st_size // 2)
+    seen = []
+
+    def recording(task, wconf, data):
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count()))
+        return run_task(task, wconf, data)
+
+    monkeypatch.setattr(executor_module, "run_task", recording)
+    before, frozen_before = gc.get_threshold(), gc.get_freeze_count()
+    with running(executor_module.LocalExecutor(config.worker_config(len(tasks)), config)) as ex:
+        ex.submit(tasks)
+        assert len(list(ex.results())) == len(tasks) > 1
+    assert all(young == GC_YOUNG_THRESHOLD and frozen > 0 for young, frozen in seen), seen
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == frozen_before or frozen_before > 0

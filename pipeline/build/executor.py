@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from pipeline.build.worker import (
     TaskResult,
     WorkerConfig,
+    collected_as_in_a_worker,
     kill_pool,
     run_task,
     segmenter_for,
@@ -110,8 +111,9 @@ class LocalExecutor:
 
     def results(self) -> Iterator[TaskResult]:
         if self.pool is None:
-            for task in self.upcoming:
-                yield run_task(task, self.wconf, self._data(task))
+            with collected_as_in_a_worker():
+                for task in self.upcoming:
+                    yield run_task(task, self.wconf, self._data(task))
             return
         while self.pending:
             result = self.pending.popleft().result()

@@ -116,6 +116,29 @@ class _NoPandas:
 GC_YOUNG_THRESHOLD = 10_000
 
 
+@contextmanager
+def collected_as_in_a_worker() -> Iterator[None]:
+    """The cyclic GC of a build worker (``worker_process_setup``) for tasks run in this
+    process (``--workers 1``, one task), restored after them: with Python's threshold of
+    700 and the build's loaded objects unfrozen, the collector's full passes walk the
+    tokenizer's, renderer's and caches' objects again and again while a task allocates,
+    and the cost lands in whichever step allocates most (``validate``)."""
+    import gc
+
+    young, older, oldest = gc.get_threshold()
+    # unfreeze() thaws every frozen object: only when none was frozen before this (a
+    # caller that froze its own keeps them frozen, with this build's objects beside them).
+    thaw = gc.get_freeze_count() == 0
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+    try:
+        yield
+    finally:
+        gc.set_threshold(young, older, oldest)
+        if thaw:
+            gc.unfreeze()
+
+
 def worker_process_setup() -> None:
     """How a build worker process runs its tasks.
 
