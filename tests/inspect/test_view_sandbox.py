@@ -25,9 +25,13 @@ SLOW = (
     "(SELECT count(*) FROM calls a, calls b, calls c, calls d, calls e, calls f "
     "WHERE a.tokens + b.tokens + c.tokens + d.tokens + e.tokens + f.tokens = -1) > 0"
 )
-# One repeat() call of 700 MB, byte by byte (~10 s): DuckDB looks at interrupt() only
-# between rows, so only the end of the filter process stops it.
-DEAF = "length(repeat(left(rollout_id, 1), 700000000)) > 0"
+# One repeat() call of 1,000 MB, byte by byte: DuckDB looks at interrupt() only between
+# rows, so only the end of the filter process stops it. It must still run GRACE_S / 2
+# after the timeout's interrupt (2 s from its start), or the worker answers a plain
+# timeout and nothing is killed: 700 MB took 2.5-3 s alone on a quiet 2-core VM and
+# sometimes under 2 s in the worker (the test failed on fast runs); 1,000 MB takes ~4 s
+# and stays under the filter process's memory cap (--memory-mb 1024 + 512 MB headroom).
+DEAF = "length(repeat(left(rollout_id, 1), 1000000000)) > 0"
 
 
 class Served:
