@@ -44,6 +44,7 @@ from pipeline.build.steps import (
     Step,
 )
 from pipeline.common.atomic import atomic_write, write_text
+from pipeline.common.gc_tuning import freeze_and_collect_young_every
 from pipeline.common.step_times import StepTimes
 from pipeline.core import fidelity, witness
 from pipeline.core.render import ChatRenderer, TemplateError
@@ -125,16 +126,14 @@ def collected_as_in_a_worker() -> Iterator[None]:
     and the cost lands in whichever step allocates most (``validate``)."""
     import gc
 
-    young, older, oldest = gc.get_threshold()
     # unfreeze() thaws every frozen object: only when none was frozen before this (a
     # caller that froze its own keeps them frozen, with this build's objects beside them).
     thaw = gc.get_freeze_count() == 0
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+    before = freeze_and_collect_young_every(GC_YOUNG_THRESHOLD)
     try:
         yield
     finally:
-        gc.set_threshold(young, older, oldest)
+        gc.set_threshold(*before)
         if thaw:
             gc.unfreeze()
 
@@ -155,11 +154,7 @@ def worker_process_setup() -> None:
     cycles is still collected, a little later; the rest is freed by reference count, at
     once, as before.
     """
-    import gc
-
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+    freeze_and_collect_young_every(GC_YOUNG_THRESHOLD)
     # The build's SIGTERM/SIGHUP handlers (pipeline.cli) raise in its main thread; a
     # worker just ends, and the build cleans up.
     for signum in (signal.SIGTERM, signal.SIGHUP):

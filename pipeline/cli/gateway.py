@@ -110,10 +110,10 @@ def tune_gc() -> None:
     most of a call's, are freed at once as before)."""
     import gc
 
+    from pipeline.common.gc_tuning import freeze_and_collect_young_every
+
     gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+    freeze_and_collect_young_every(GC_YOUNG_THRESHOLD)
 
 
 def raise_open_files_limit(ceiling: int = 1 << 20) -> int:

@@ -495,9 +495,7 @@ class ShapeRenderer:
         if flat is None:
             return None
         shape, texts = flat
-        plan = self._plans.get(shape, _UNSEEN)
-        if plan is _UNSEEN:
-            plan = self._plan(shape, message, texts)
+        plan = self._plan_of(shape, message, texts)
         if plan is None:
             return None
         skeleton, fixed = plan
@@ -508,7 +506,7 @@ class ShapeRenderer:
 
     def output_pair(
         self, message: dict | MessageEvent, gen: str, eos: str
-    ) -> tuple[str, str] | None:
+    ) -> tuple[Piece, str] | None:
         """``piece(message)`` after the generation prompt ``gen``, split after its last
         ``eos``: (output, trailer), equal in text and parts to what cutting the piece gives
         (``ChatRenderer._split_output_at``). Where the shape's first part is template text
@@ -527,9 +525,7 @@ class ShapeRenderer:
         shape, texts = flat
         split = self._splits.get(shape, _UNSEEN)
         if split is _UNSEEN:
-            plan = self._plans.get(shape, _UNSEEN)
-            if plan is _UNSEEN:
-                plan = self._plan(shape, message, texts)
+            plan = self._plan_of(shape, message, texts)
             split = None if plan is None else _output_split(plan[0], gen, eos)
             if len(self._splits) < MAX_SHAPES:
                 self._splits[shape] = split
@@ -540,6 +536,13 @@ class ShapeRenderer:
         if sum(map(len, parts)) + around + len(self.base_text) > MAX_RENDERED_CHARS:
             return None  # the piece is over the limit: Jinja raises the size error
         return Piece.of(parts, fixed), trailer
+
+    def _plan_of(
+        self, shape: tuple, message: dict | MessageEvent, texts: list
+    ) -> tuple[Skeleton, tuple[bool, ...]] | None:
+        """The shape's plan: known (one lookup per message), or made now (``_plan``)."""
+        plan = self._plans.get(shape, _UNSEEN)
+        return self._plan(shape, message, texts) if plan is _UNSEEN else plan
 
     def _plan(
         self, shape: tuple, message: dict | MessageEvent, texts: list

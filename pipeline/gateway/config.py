@@ -41,6 +41,10 @@ def _positive(value: float) -> bool:
     return value > 0
 
 
+# A duration flag that must be positive (its range error is the option's own).
+_POSITIVE_SECONDS = {"type": float, "metavar": "S", "check": _positive}
+
+
 @dataclass
 class GatewayConfig:
     # Base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8000/v1 (a key in it is
@@ -63,9 +67,7 @@ class GatewayConfig:
     upstream_timeout_s: float = option(
         600.0,
         flag="--upstream-timeout",
-        type=float,
-        metavar="S",
-        check=_positive,
+        **_POSITIVE_SECONDS,
         error=_UPSTREAM_TIMEOUTS,
         help="Total seconds one engine call may take (default {default}).",
     )
@@ -112,9 +114,7 @@ class GatewayConfig:
     upstream_connect_timeout_s: float = option(
         30.0,
         flag="--upstream-connect-timeout",
-        type=float,
-        metavar="S",
-        check=_positive,
+        **_POSITIVE_SECONDS,
         error=_UPSTREAM_TIMEOUTS,
         help="Seconds to open a connection to the engine, TLS included (default {default}).",
     )
@@ -155,9 +155,7 @@ class GatewayConfig:
     client_timeout_s: float = option(
         60.0,
         flag="--client-timeout",
-        type=float,
-        metavar="S",
-        check=_positive,
+        **_POSITIVE_SECONDS,
         error=_FULL_EVERY_OR_CLIENT_TIMEOUT,
         help="A client connection that sends no whole request within S seconds (idle, or "
         "trickling its headers or body) is closed (default {default}).",
