@@ -55,7 +55,7 @@ TARGETS: dict[str, list[str]] = {
         "tests/core/test_incremental_rendering.py::test_a_template_that_renders_history_differently_is_rendered_in_full",
     ],
     "pipeline/core/rows.py": [
-        "tests/test_rows.py",
+        "tests/core/test_rows_columns.py",
         "tests/core/test_mask_options.py",
         "tests/test_build.py::test_trainable_tokens_after_and_loss_weights_are_consistent",
         "tests/test_build.py::test_shards_load_unchanged_in_datasets_polars_and_duckdb",
@@ -290,7 +290,12 @@ def warm_up(tests: list[str]) -> None:
 
 
 def tests_of(path: str) -> list[str]:
-    return [t for t in TARGETS[path] if (ROOT / t.split("::")[0]).exists()]
+    """The tests run against ``path``'s mutants; a test file that is gone is an error, not
+    skipped (a rename once left the rows' mutants without their main test file, silently)."""
+    missing = [t for t in TARGETS[path] if not (ROOT / t.split("::")[0]).exists()]
+    if missing:
+        sys.exit(f"tools/mutate.py: TARGETS names test files that do not exist: {missing}")
+    return list(TARGETS[path])
 
 
 def main() -> int:
