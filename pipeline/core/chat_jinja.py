@@ -22,7 +22,7 @@ with the same semantics as transformers' chat-template compiler:
   count steps and check the clock, so a template stuck in nested loops fails with
   ``SecurityError`` instead of stalling a worker.
 
-``tests/test_render.py`` renders random conversations with this environment and with
+``tests/core/test_chat_jinja.py`` renders conversations with this environment and with
 ``transformers``' ``apply_chat_template`` and requires identical text.
 """
 
