@@ -56,6 +56,7 @@ TARGETS: dict[str, list[str]] = {
     ],
     "pipeline/core/rows.py": [
         "tests/core/test_rows_columns.py",
+        "tests/core/test_rows_outcomes.py",
         "tests/core/test_mask_options.py",
         "tests/test_build.py::test_trainable_tokens_after_and_loss_weights_are_consistent",
         "tests/test_build.py::test_shards_load_unchanged_in_datasets_polars_and_duckdb",
