@@ -47,6 +47,8 @@ TARGETS: dict[str, list[str]] = {
     ],
     "pipeline/core/segment.py": [
         "tests/core/test_segments_hand_checked.py",
+        # The drift realignment's own tests (logged ids against rendered ones).
+        "tests/core/test_segment_ids.py",
         # The message-level shortcut is an optimization: without it the token-level
         # comparison gives the same segments, in quadratic time.
         "tests/core/test_segment_scaling.py::test_ten_times_the_calls_in_one_segment_cost_about_ten_times_the_work",
