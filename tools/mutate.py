@@ -294,7 +294,7 @@ def warm_up(tests: list[str]) -> None:
 
 def tests_of(path: str) -> list[str]:
     """The tests run against ``path``'s mutants; a test file that is gone is an error, not
-    skipped (a rename once left the rows' mutants without their main test file, silently)."""
+    skipped (a wrong name once left the rows' mutants without their main test file, silently)."""
     missing = [t for t in TARGETS[path] if not (ROOT / t.split("::")[0]).exists()]
     if missing:
         sys.exit(f"tools/mutate.py: TARGETS names test files that do not exist: {missing}")
