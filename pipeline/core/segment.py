@@ -307,6 +307,3 @@ class _PieceCache:
     def output_pair(self, call: CallView) -> tuple[np.ndarray, np.ndarray]:
         """``output`` and ``trailer`` of one call at once."""
         return self._output_pair(call.message, call.context)
-
-    def trailer(self, call: CallView) -> np.ndarray:
-        return self._output_pair(call.message, call.context)[1]
