@@ -213,3 +213,48 @@ def test_logged_ids_that_stop_extending_without_a_rewrite_are_a_divergence_seam(
         ("divergence", None),
     ]
     assert diverges[1].tokens.tolist() == [1, 3, 4, 5, 7, 9]
+
+
+def test_a_message_that_opens_one_context_and_sits_inside_another_is_rendered_for_each(
+    renderer,
+):
+    """No system prompt and tool schemas: the template opens a context with a system turn
+    listing the tools before its first message. ``u2`` sits inside the first context and,
+    after an edit drops the rest, opens the second, so its two pieces differ; and the first
+    call's context is one message. Each call's input is the whole context rendered by the
+    template and encoded at once (the reference seam's pieces must add up to)."""
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+    rollout = Rollout.model_validate(
+        {
+            "rollout_id": "r2",
+            "task_id": "t1",
+            "source": "hand",
+            "reward": 1.0,
+            "tools": tools,
+            "events": [
+                {"type": "message", "id": "u1", "role": "user", "content": "Fix a.py"},
+                {"type": "message", "id": "a1", "role": "assistant", "content": "Looking."},
+                {"type": "message", "id": "u2", "role": "user", "content": "Go on."},
+                {"type": "message", "id": "a2", "role": "assistant", "content": "Fixed."},
+                {
+                    "type": "rewrite",
+                    "id": "rw",
+                    "reason": "edit",
+                    "trigger": "model",
+                    "context": [{"type": "keep", "id": "u2"}],
+                },
+                {"type": "message", "id": "a3", "role": "assistant", "content": "Done."},
+            ],
+        }
+    )
+    u1, a1, u2 = (
+        {"role": r, "content": c}
+        for r, c in [("user", "Fix a.py"), ("assistant", "Looking."), ("user", "Go on.")]
+    )
+    segments = Segmenter(renderer).segments(rollout)
+    assert [s.seam_kind for s in segments] == ["none", "edit"]
+    inputs = [(segments[0], 0, [u1]), (segments[0], 1, [u1, a1, u2]), (segments[1], 0, [u2])]
+    for seg, call, context in inputs:
+        want = renderer.encode(renderer.render(context, tools, True)).tolist()
+        assert seg.tokens[: seg.spans[call].start].tolist() == want, (call, context)
+    assert "# Tools" in renderer.decode(segments[1].tokens)  # u2 opens it: tools first
