@@ -250,3 +250,25 @@ def test_joined_chunks_are_numpys_concatenation_and_other_widths_are_not_misread
     assert joined(wide).tolist() == [151644, 8948, 7, 8]
     strided = [chunks[3][::2], chunks[0]]
     assert joined(strided).tolist() == [*range(0, 300, 2), 151644, 8948]
+
+
+def test_a_realigned_output_keeps_the_engine_view_s_length_exact():
+    """A realigned drift replaces the last output in the engine's view by its re-tokenized
+    ids (``replace_last_output``); the view's kept length must follow, or the next
+    call's drift window (measured from ``engine_output_start``) starts off by the
+    difference. The outputs and chunks have distinct lengths, so replacing or counting
+    the wrong chunk shows."""
+    from pipeline.core.seams import SegmentBuilder
+
+    seg = SegmentBuilder.opened_by(np.array([1, 2, 3], dtype=np.int32), "none", None)
+    seg.add_call(0, "action", np.array([10, 11], dtype=np.int32), False, None)
+    seg.extend_both([np.array([4], dtype=np.int32), np.array([5], dtype=np.int32)])
+    seg.add_call(1, "action", np.array([12, 13, 14], dtype=np.int32), False, None)
+    seg.replace_last_output(np.array([30], dtype=np.int32))
+    assert seg.engine_length == 8 == len(seg.engine_tokens())
+    assert seg.engine_tokens().tolist() == [1, 2, 3, 10, 11, 4, 5, 30]
+    seg.extend_both([np.array([6, 7], dtype=np.int32)])
+    seg.add_call(2, "action", np.array([15], dtype=np.int32), False, None)
+    assert seg.engine_output_start == 10 and seg.engine_length == 11
+    # The training sequence keeps the sampled output.
+    assert seg.tokens().tolist() == [1, 2, 3, 10, 11, 4, 5, 12, 13, 14, 6, 7, 15]
