@@ -272,3 +272,18 @@ def test_a_realigned_output_keeps_the_engine_view_s_length_exact():
     assert seg.engine_output_start == 10 and seg.engine_length == 11
     # The training sequence keeps the sampled output.
     assert seg.tokens().tolist() == [1, 2, 3, 10, 11, 4, 5, 12, 13, 14, 6, 7, 15]
+
+
+def test_the_retokenized_length_counts_ids_that_end_inside_a_character(renderer):
+    """An output re-tokenized by the engine may spell a character over several byte-level
+    ids, and a prefix ending inside it decodes to a replacement character of the same
+    length as the text: the search's first candidate is then short by one or two ids.
+    Qwen2's tokenizer spells 🦜 with 2 ids and 𓀀 with 3; the tail may end with the text."""
+    from pipeline.core.seams import retokenized_length
+
+    for text, ids in (("🦜", 2), ("𓀀", 3)):
+        spelled = renderer.encode(text)
+        assert len(spelled) == ids  # the premise: byte-level ids inside one character
+        assert retokenized_length(renderer, renderer.encode(text + " x"), text) == ids
+        assert retokenized_length(renderer, spelled, text) == ids  # the whole tail
+    assert retokenized_length(renderer, renderer.encode("🦜 x"), "🦝") is None
