@@ -11,7 +11,10 @@ deduplicated by content — and writes the build's shards once:
 The texts are every string a chat template renders from a rollout: each message's
 content and reasoning, each tool call's name and arguments (in events and in the new
 context of rewrites), and the rollout's tool schemas as JSON. The template's own text
-(role markers, wrappers) is left out, so the bound is at most the work the build must do.
+(role markers, wrappers) is left out. The build also reuses the ids of stretches repeated
+*inside* distinct texts (``pipeline/core/text_reuse.py``), so it may tokenize fewer
+characters than this bound: ``distinct_pieces`` gives the bound with that reuse too (the
+*distinct-piece bound*), against which the ratio measures the build's overhead alone.
 Reading and parsing the input, rendering, segmenting, masking and the rows are not in
 it: they are the overhead the ratio ``bound / build`` measures.
 
@@ -58,6 +61,28 @@ def distinct_texts(src: Path) -> list[str]:
                     for call in m.get("tool_calls") or ():
                         seen.setdefault(call["name"], None)
                         seen.setdefault(call["arguments"], None)
+    return list(seen)
+
+
+def distinct_pieces(texts: list[str]) -> list[str]:
+    """The distinct *pieces* of ``texts``: each text the build would cut
+    (``pipeline/core/text_reuse.py``: ``REUSE_TEXT_CHARS`` or longer, on a tokenizer the
+    cut rule covers) replaced by its content-defined pieces, the rest whole (not timed).
+
+    The build reuses the ids of stretches repeated inside texts, so it tokenizes fewer
+    characters than the distinct-text bound: that bound no longer bounds its tokenizer
+    work. This one does — it is the distinct-text bound with the build's own reuse — and
+    ``bound / build`` against it measures the build's overhead alone."""
+    from pipeline.core.text_reuse import REUSE_TEXT_CHARS, cutter
+    from pipeline.core.tokenizer import load_build_tokenizer
+
+    cut = cutter(load_build_tokenizer().backend_tokenizer)
+    if cut is None:
+        return texts
+    seen: dict[str, None] = {}
+    for text in texts:
+        for piece in cut(text) if len(text) >= REUSE_TEXT_CHARS else (text,):
+            seen.setdefault(piece, None)
     return list(seen)
 
 

@@ -104,7 +104,7 @@ def on_one_core(function: str, *paths: Path, threads: int = 1) -> list[float]:
         f"import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; from bench.run import {function}; "
         f"r = {function}(*map(Path, sys.argv[2:])); print(*(r if isinstance(r, tuple) else (r,)))"
     )
-    rayon = "true" if function == "distinct_text_bound" else "false"
+    rayon = "true" if function.startswith("distinct_") else "false"
     env = {**os.environ, "TOKENIZERS_PARALLELISM": rayon, "RAYON_NUM_THREADS": str(threads)}
     proc = subprocess.run(
         [sys.executable, "-c", code, str(ROOT), *map(str, paths)],
@@ -114,9 +114,8 @@ def on_one_core(function: str, *paths: Path, threads: int = 1) -> list[float]:
     )
     if proc.returncode:
         raise SystemExit(f"{function} failed: {proc.stderr[-2000:]}")
-    numbers = (
-        proc.stdout.split()[-4:] if function == "distinct_text_bound" else proc.stdout.split()[-1:]
-    )
+    counts = {"distinct_text_bound": 4, "distinct_piece_tokenize": 3}
+    numbers = proc.stdout.split()[-counts.get(function, 1) :]
     return [float(x) for x in numbers]
 
 
@@ -160,14 +159,27 @@ def distinct_text_bound(src: Path, out: Path) -> tuple[float, float, int, float]
     return seconds, write, tokens, time.process_time() - cpu
 
 
+def distinct_piece_tokenize(src: Path) -> tuple[float, int, float]:
+    """The tokenizing half of ``bound.distinct_pieces``' bound for ``src``: (seconds,
+    tokens, CPU seconds); its write half is the distinct-text bound's."""
+    from bench.bound import distinct_pieces, distinct_texts, tokenize_seconds
+
+    pieces = distinct_pieces(distinct_texts(src))
+    cpu = time.process_time()
+    seconds, tokens = tokenize_seconds(pieces)
+    return seconds, tokens, time.process_time() - cpu
+
+
 def bench_text_vs_bound(held_out: list, work: Path, workers: int) -> dict:
     src = work / "text.jsonl"
     write_canonical_jsonl(text_only(held_out), src)
-    (wall, _, manifest, steps), (tokenize, write, tokens, bound_cpu) = fastest(
+    (wall, _, manifest, steps), (tokenize, write, tokens, bound_cpu), piece = fastest(
         lambda: seam_build([src], work / "text-out", workers, timings=True),
         lambda: on_one_core("distinct_text_bound", src, work / "text-out", threads=workers),
+        lambda: on_one_core("distinct_piece_tokenize", src, threads=workers),
     )
     bound = tokenize + write
+    piece_bound = piece[0] + write
     build_cpu = sum(s["cpu_s"] for s in steps["steps"].values())
     # One core each, on the first quarter (the same comparison at a quarter of the time).
     quarter = work / "text-quarter.jsonl"
@@ -193,6 +205,11 @@ def bench_text_vs_bound(held_out: list, work: Path, workers: int) -> dict:
         "build_cpu_s": round(build_cpu, 1),
         "bound_cpu_s": round(bound_cpu, 1),
         "ratio_cpu": round(bound_cpu / build_cpu, 2),
+        # The distinct-text bound with the build's reuse of repeated stretches inside
+        # texts (``bound.distinct_pieces``): the ratio to it is the build's overhead alone.
+        "piece_bound_s": round(piece_bound, 2),
+        "piece_bound_tokens": int(piece[1]),
+        "ratio_piece_bound": round(piece_bound / wall, 2),
         "steps": steps,
         "one_core_rollouts": max(1, len(held_out) // 4),
         "stage_one_core_s": round(stage, 2),
@@ -370,6 +387,12 @@ def print_table(results: dict) -> None:
         table.add_row(
             "  the same in CPU seconds (both sides, all threads and processes)",
             f"{t['ratio_cpu']} ({t['bound_cpu_s']} vs {t['build_cpu_s']} s)",
+            "reported",
+        )
+        table.add_row(
+            "distinct-piece bound / build-rl (both reuse repeated stretches inside texts: "
+            "the build's overhead alone)",
+            f"{t['ratio_piece_bound']} ({t['piece_bound_s']} vs {t['build_wall_s']} s)",
             "reported",
         )
         table.add_row(

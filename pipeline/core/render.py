@@ -36,6 +36,7 @@ from pipeline.common.errors import SeamError
 from pipeline.common.step_times import StepTimes
 from pipeline.core.junctions import Junctions, Piece, sub
 from pipeline.core.long_text import LONG_TEXT_CHARS, LongTextStats, ascii_twin, encode_long
+from pipeline.core.text_reuse import REUSE_TEXT_CHARS, PieceReuse, cutter
 from schemas.rollout import MessageEvent
 
 if TYPE_CHECKING:
@@ -136,6 +137,9 @@ class ChatRenderer:
         self.junctions = Junctions.for_backend(self.backend)
         # The same tokenizer without its normalizer, for ASCII texts (``ascii_twin``).
         self.ascii_backend = ascii_twin(self.backend)
+        # Stretches repeated inside texts, found by content-defined pieces (``text_reuse``).
+        self._cut_pieces = cutter(self.backend)
+        self.reuse = PieceReuse()
         self.incremental = not full_render and probe_incremental(self)
 
     def _end_of_turn_text(self) -> str:
@@ -350,6 +354,11 @@ class ChatRenderer:
         kept, first in first out, up to ``ENCODE_CACHE_TOKENS`` ids per process. Pieces
         are encoded independently of their neighbours (``probe_incremental``), so a
         cached piece has the ids it would get again.
+
+        They repeat stretches inside texts too (a file read again after an edit): a
+        text of ``REUSE_TEXT_CHARS`` or more that is not cached whole is cut into
+        content-defined pieces at proven cuts (``text_reuse.py``); the pieces are looked
+        up in the same cache, the missing ones encoded, and the text's ids joined.
         """
         cache = self._encode_cache
         # One lookup per text: a rendered text is a new string, so each lookup hashes it
@@ -358,14 +367,28 @@ class ChatRenderer:
         todo = list(dict.fromkeys(t for t, ids in zip(texts, found) if ids is None))
         if not todo:
             return cast(list[np.ndarray], found)  # every text was cached
-        fresh: dict[str, np.ndarray] = {}
-        if sum(map(len, todo)) < ENCODE_BATCH_CHARS:  # one batch (most calls), no trim: not cut
-            fresh.update(zip(todo, self._encode_batch(todo)))
+        cut = self._cut_pieces
+        pieces: dict[str, list[str]] = {}
+        if (
+            cut is not None
+            and any(len(t) >= REUSE_TEXT_CHARS for t in todo)
+            and self.reuse.wanted()
+        ):
+            with self.times.step("tokenize") if self.times is not None else nullcontext():
+                for t in todo:
+                    if len(t) >= REUSE_TEXT_CHARS:
+                        ps = cut(t)
+                        if len(ps) > 1:
+                            pieces[t] = ps
+        if pieces:
+            wanted = [t for t in todo if t not in pieces]
+            wanted += [p for ps in pieces.values() for p in ps if p not in cache]
+            wanted = list(dict.fromkeys(wanted))
         else:
-            for batch in _batches(todo, ENCODE_BATCH_CHARS):
-                fresh.update(zip(batch, self._encode_batch(batch)))
-                if sum(map(len, batch)) >= ENCODE_BATCH_CHARS:
-                    release_free_memory()
+            wanted = todo
+        fresh = self._encode_fresh(wanted)
+        if pieces:
+            fresh.update(self._join_pieces(pieces, fresh))
         out = [fresh[t] if ids is None else ids for t, ids in zip(texts, found)]
         added = 0
         for t, ids in fresh.items():
@@ -376,6 +399,43 @@ class ChatRenderer:
         while self._cached_tokens > ENCODE_CACHE_TOKENS:
             self._cached_tokens -= len(cache.popitem(last=False)[1])
         return out
+
+    def _encode_fresh(self, todo: list[str]) -> dict[str, np.ndarray]:
+        """The ids of each of ``todo`` (distinct texts), in batches of at most
+        ``ENCODE_BATCH_CHARS`` characters."""
+        fresh: dict[str, np.ndarray] = {}
+        if sum(map(len, todo)) < ENCODE_BATCH_CHARS:  # one batch (most calls), no trim: not cut
+            fresh.update(zip(todo, self._encode_batch(todo)))
+        else:
+            for batch in _batches(todo, ENCODE_BATCH_CHARS):
+                fresh.update(zip(batch, self._encode_batch(batch)))
+                if sum(map(len, batch)) >= ENCODE_BATCH_CHARS:
+                    release_free_memory()
+        return fresh
+
+    def _join_pieces(
+        self, pieces: dict[str, list[str]], fresh: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        """Each cut text's ids: its pieces' ids (fresh or cached), joined; the reuse's
+        trip-wire compares some of them with the text encoded whole (``text_reuse.py``)."""
+        cache = self._encode_cache
+        reuse = self.reuse
+        piece_chars = sum(len(p) for ps in pieces.values() for p in ps)
+        encoded = sum(
+            len(p) for p in dict.fromkeys(p for ps in pieces.values() for p in ps) if p in fresh
+        )
+        reuse.observe(piece_chars, encoded)
+        joined: dict[str, np.ndarray] = {}
+        for t, ps in pieces.items():
+            joined[t] = np.concatenate([fresh[p] if p in fresh else cache[p] for p in ps])
+            reuse.stats.cut += 1
+            if reuse.check_now():
+                reuse.stats.checked += 1
+                whole = self._encode_batch([t])[0]
+                if not np.array_equal(whole, joined[t]):
+                    reuse.failed()
+                    joined[t] = whole
+        return joined
 
     def _encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids of ``texts`` in one call into the Rust tokenizer (no cache)."""
