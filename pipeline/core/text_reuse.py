@@ -4,9 +4,12 @@ Rollouts repeat more than whole texts. An agent reads a file, edits one line and
 it again; a test run prints the same header and the same passing lines as the last run;
 every rollout of a task reads the same modules with a different slice around them. The
 whole-text cache (``ChatRenderer._encode_texts``) finds none of that: the texts differ.
-Measured by distinct characters, cutting texts into the pieces below leaves 0.73-0.75 of
-the real Claude Code sessions in ``shared/realworld*``, 0.89-0.91 of the real Codex ones,
-and 0.43 of the simulated held-out rollouts (``bench/``).
+How much this finds depends on the input. Share of the piece characters of long texts
+found in the cache (one renderer, one message at a time, no pause; 3 Dec 2026): within
+one session, 4% in the real Claude Code sessions of ``shared/realworld*``, 9% in the real
+Codex ones, 29% in the simulated held-out rollouts of ``bench/``; across a whole input,
+5% / 9% for the real ones (independent sessions) and 60% for the simulated ones (groups of
+rollouts of one task read the same repository, as an RL group does).
 
 **Where a text is cut.** Only where ``long_text.py`` proves that the ids of the whole
 are the ids of the two halves, one after the other (the cut rule ``CUT`` and its proof
