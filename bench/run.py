@@ -42,6 +42,7 @@ from bench.gateway_overhead import bench_gateway  # noqa: E402
 from bench.inputs import append_only, text_only, token_logged  # noqa: E402
 from bench.naive_baseline import naive_masks  # noqa: E402
 from pipeline.sources.canonical_io import iter_canonical_records, write_canonical_jsonl  # noqa: E402
+from schemas.rollout import Rollout  # noqa: E402
 
 
 def load_sample(path: Path, limit: int | None) -> list:
@@ -210,12 +211,71 @@ def bench_text_vs_bound(held_out: list, work: Path, workers: int) -> dict:
         "piece_bound_s": round(piece_bound, 2),
         "piece_bound_tokens": int(piece[1]),
         "ratio_piece_bound": round(piece_bound / wall, 2),
+        "piece_share": round(_piece_share(src), 3),
         "steps": steps,
         "one_core_rollouts": max(1, len(held_out) // 4),
         "stage_one_core_s": round(stage, 2),
         "bound_one_core_s": round(bound_one_core, 2),
         "ratio_one_core": round(bound_one_core / stage, 2),
         "goal": ">= 0.9",
+    }
+
+
+def _piece_share(src: Path) -> float:
+    """Distinct piece characters / distinct text characters of ``src``: how much of the
+    input the build's reuse inside texts can skip (1.0: nothing repeats inside texts)."""
+    from bench.bound import distinct_pieces, distinct_texts
+
+    texts = distinct_texts(src)
+    return sum(map(len, distinct_pieces(texts))) / max(1, sum(map(len, texts)))
+
+
+def real_session_dirs() -> list[Path]:
+    """The real sessions the tests read (``SEAM_REALWORLD_DIR``, ``SEAM_REALWORLD_NEW_DIR``)."""
+    dirs = (os.environ.get(v) for v in ("SEAM_REALWORLD_DIR", "SEAM_REALWORLD_NEW_DIR"))
+    return [Path(d) for d in dirs if d and Path(d).is_dir()]
+
+
+def bench_real_sessions(work: Path, workers: int) -> dict | None:
+    """The distinct-text bound against the build on the real sessions of
+    ``real_session_dirs()`` (None when there are none), beside the simulated input's row:
+    the bench input is simulated, and how much a build gains from reusing stretches
+    repeated inside texts depends on how much its input repeats. The sessions are read by
+    seam's readers into canonical JSONL (rewards 0: they record none) and built as text.
+    They are small (seconds), so the build's fixed costs (start-up, tokenizer load) weigh
+    more than at 2,000 rollouts; ``piece_share`` compares the inputs without that."""
+    from pipeline.inspect.verify import iter_input_records
+
+    dirs = real_session_dirs()
+    if not dirs:
+        return None
+    files = sorted(p for d in dirs for p in d.rglob("*") if p.is_file() and p.suffix != ".md")
+    rollouts, seen = [], set()
+    for _, _, rollout in iter_input_records(files):
+        if isinstance(rollout, Rollout) and rollout.rollout_id not in seen:
+            seen.add(rollout.rollout_id)
+            reward = 0.0 if rollout.reward is None else rollout.reward
+            rollouts.append(rollout.model_copy(update={"reward": reward}))
+    src = work / "real.jsonl"
+    write_canonical_jsonl(text_only(rollouts), src)
+    (wall, _, manifest, steps), (tokenize, write, _, bound_cpu), piece = fastest(
+        lambda: seam_build([src], work / "real-out", workers, timings=True),
+        lambda: on_one_core("distinct_text_bound", src, work / "real-out", threads=workers),
+        lambda: on_one_core("distinct_piece_tokenize", src, threads=workers),
+    )
+    build_cpu = sum(s["cpu_s"] for s in steps["steps"].values())
+    return {
+        "dirs": [str(d) for d in dirs],
+        "rollouts": manifest["counts"]["accepted"],
+        "tokens_written": manifest["counts"]["tokens"],
+        "build_wall_s": round(wall, 2),
+        "bound_s": round(tokenize + write, 2),
+        "ratio_end_to_end": round((tokenize + write) / wall, 2),
+        "build_tokenize_cpu_s": round(steps["steps"]["tokenize"]["cpu_s"], 2),
+        "ratio_cpu": round(bound_cpu / build_cpu, 2),
+        "piece_bound_s": round(piece[0] + write, 2),
+        "ratio_piece_bound": round((piece[0] + write) / wall, 2),
+        "piece_share": round(_piece_share(src), 3),
     }
 
 
@@ -396,11 +456,31 @@ def print_table(results: dict) -> None:
             "reported",
         )
         table.add_row(
+            "  distinct piece / distinct text characters of the input (one minus it: what "
+            "the reuse can skip)",
+            f"{t['piece_share']}",
+            "reported",
+        )
+    r = results.get("real_sessions_vs_distinct_text_bound")
+    if r:
+        table.add_row(
+            f"the real sessions of SEAM_REALWORLD_DIR(s), {r['rollouts']:,} rollouts: "
+            "distinct-text bound / build-rl (small: start-up weighs)",
+            f"{r['ratio_end_to_end']} ({r['bound_s']} vs {r['build_wall_s']} s)",
+            "reported",
+        )
+        table.add_row(
+            "  the same, distinct-piece bound / build-rl; distinct piece / text characters",
+            f"{r['ratio_piece_bound']}; {r['piece_share']}",
+            "reported",
+        )
+    if t:
+        table.add_row(
             "distinct-text bound / build stage, one core",
             f"{t['ratio_one_core']} ({t['bound_one_core_s']} vs {t['stage_one_core_s']} s)",
             "reported",
         )
-    if len(results) <= 2:  # --only text
+    if "naive_baseline" not in results:  # --only text
         Console().print(table)
         return
     for calls, row in results["naive_baseline"].items():
@@ -508,6 +588,9 @@ def main() -> None:
         work = Path(tmp)
         held_out = simulate_held_out(32 if args.quick else args.held_out, work)
         results["text_vs_distinct_text_bound"] = bench_text_vs_bound(held_out, work, workers)
+        real = bench_real_sessions(work, workers)
+        if real is not None:
+            results["real_sessions_vs_distinct_text_bound"] = real
         if args.only == "text":
             return _report(results, args.out)
         held_out = held_out[:1024]

@@ -276,3 +276,29 @@ def test_reused_and_whole_encodes_agree_on_every_long_text_of_the_real_sessions(
             batch = []
     stats = with_reuse.reuse.stats
     assert stats.cut > 100 and stats.reused_chars > 0 and stats.fell_back == 0
+
+
+def test_the_bench_reports_how_much_of_its_input_the_reuse_can_skip(tmp_path):
+    """``bench/run.py``'s ``piece_share`` (distinct piece / distinct text characters, the
+    line that shows how repetitive a bench input is): 1.0 where texts share no stretch,
+    about half where every text is the same file read again with one line edited."""
+    import orjson
+
+    from bench.run import _piece_share
+
+    def rollout(rid: str, texts: list[str]) -> bytes:
+        events = [
+            {"type": "message", "id": f"m{i}", "role": "user", "content": t}
+            for i, t in enumerate(texts)
+        ]
+        return orjson.dumps({"rollout_id": rid, "events": events}) + b"\n"
+
+    distinct = tmp_path / "distinct.jsonl"
+    lone = [f"{i:5d} " + "".join(chr(65 + (i * j) % 26) for j in range(70)) for i in range(80)]
+    distinct.write_bytes(rollout("a", ["\n".join(lone)]))
+    assert _piece_share(distinct) == 1.0
+    edited = tmp_path / "edited.jsonl"
+    versions = [_file(200, None if i == 0 else f"    changed = {i}") for i in range(2)]
+    edited.write_bytes(rollout("b", versions))
+    share = _piece_share(edited)
+    assert 0.45 < share < 0.6, share
