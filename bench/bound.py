@@ -86,6 +86,13 @@ def distinct_pieces(texts: list[str]) -> list[str]:
     return list(seen)
 
 
+def piece_share(texts: list[str], pieces: list[str]) -> float:
+    """Characters of the distinct ``pieces`` / characters of the distinct ``texts`` they
+    were cut from (``distinct_pieces``): how repetitive an input is inside its texts
+    (1.0: no stretch repeats; one minus it is what the build's reuse can skip)."""
+    return sum(map(len, pieces)) / max(1, sum(map(len, texts)))
+
+
 def tokenize_seconds(texts: list[str]) -> tuple[float, int]:
     """Seconds to encode ``texts`` with the build's tokenizer *as the build encodes*
     (``ChatRenderer._encode_uncached``: ASCII texts on the normalizer-free twin, long texts

@@ -115,7 +115,7 @@ def on_one_core(function: str, *paths: Path, threads: int = 1) -> list[float]:
     )
     if proc.returncode:
         raise SystemExit(f"{function} failed: {proc.stderr[-2000:]}")
-    counts = {"distinct_text_bound": 4, "distinct_piece_tokenize": 3}
+    counts = {"distinct_text_bound": 4, "distinct_piece_tokenize": 4}
     numbers = proc.stdout.split()[-counts.get(function, 1) :]
     return [float(x) for x in numbers]
 
@@ -160,24 +160,34 @@ def distinct_text_bound(src: Path, out: Path) -> tuple[float, float, int, float]
     return seconds, write, tokens, time.process_time() - cpu
 
 
-def distinct_piece_tokenize(src: Path) -> tuple[float, int, float]:
+def distinct_piece_tokenize(src: Path) -> tuple[float, int, float, float]:
     """The tokenizing half of ``bound.distinct_pieces``' bound for ``src``: (seconds,
-    tokens, CPU seconds); its write half is the distinct-text bound's."""
-    from bench.bound import distinct_pieces, distinct_texts, tokenize_seconds
+    tokens, CPU seconds, ``bound.piece_share`` of the input); its write half is the
+    distinct-text bound's."""
+    from bench.bound import distinct_pieces, distinct_texts, piece_share, tokenize_seconds
 
-    pieces = distinct_pieces(distinct_texts(src))
+    texts = distinct_texts(src)
+    pieces = distinct_pieces(texts)
     cpu = time.process_time()
     seconds, tokens = tokenize_seconds(pieces)
-    return seconds, tokens, time.process_time() - cpu
+    return seconds, tokens, time.process_time() - cpu, piece_share(texts, pieces)
+
+
+def build_and_bounds(src: Path, out: Path, workers: int) -> list:
+    """``seam build-rl`` of ``src`` into ``out`` (``seam_build`` with timings), the
+    distinct-text bound and the distinct-piece tokenizing, alternating (``fastest``)."""
+    return fastest(
+        lambda: seam_build([src], out, workers, timings=True),
+        lambda: on_one_core("distinct_text_bound", src, out, threads=workers),
+        lambda: on_one_core("distinct_piece_tokenize", src, threads=workers),
+    )
 
 
 def bench_text_vs_bound(held_out: list, work: Path, workers: int) -> dict:
     src = work / "text.jsonl"
     write_canonical_jsonl(text_only(held_out), src)
-    (wall, _, manifest, steps), (tokenize, write, tokens, bound_cpu), piece = fastest(
-        lambda: seam_build([src], work / "text-out", workers, timings=True),
-        lambda: on_one_core("distinct_text_bound", src, work / "text-out", threads=workers),
-        lambda: on_one_core("distinct_piece_tokenize", src, threads=workers),
+    (wall, _, manifest, steps), (tokenize, write, tokens, bound_cpu), piece = build_and_bounds(
+        src, work / "text-out", workers
     )
     bound = tokenize + write
     piece_bound = piece[0] + write
@@ -211,7 +221,7 @@ def bench_text_vs_bound(held_out: list, work: Path, workers: int) -> dict:
         "piece_bound_s": round(piece_bound, 2),
         "piece_bound_tokens": int(piece[1]),
         "ratio_piece_bound": round(piece_bound / wall, 2),
-        "piece_share": round(_piece_share(src), 3),
+        "piece_share": round(piece[3], 3),
         "steps": steps,
         "one_core_rollouts": max(1, len(held_out) // 4),
         "stage_one_core_s": round(stage, 2),
@@ -219,15 +229,6 @@ def bench_text_vs_bound(held_out: list, work: Path, workers: int) -> dict:
         "ratio_one_core": round(bound_one_core / stage, 2),
         "goal": ">= 0.9",
     }
-
-
-def _piece_share(src: Path) -> float:
-    """Distinct piece characters / distinct text characters of ``src``: how much of the
-    input the build's reuse inside texts can skip (1.0: nothing repeats inside texts)."""
-    from bench.bound import distinct_pieces, distinct_texts
-
-    texts = distinct_texts(src)
-    return sum(map(len, distinct_pieces(texts))) / max(1, sum(map(len, texts)))
 
 
 def real_session_dirs() -> list[Path]:
@@ -243,7 +244,8 @@ def bench_real_sessions(work: Path, workers: int) -> dict | None:
     repeated inside texts depends on how much its input repeats. The sessions are read by
     seam's readers into canonical JSONL (rewards 0: they record none) and built as text.
     They are small (seconds), so the build's fixed costs (start-up, tokenizer load) weigh
-    more than at 2,000 rollouts; ``piece_share`` compares the inputs without that."""
+    more than at 2,000 rollouts; ``piece_share`` (``bound.piece_share``) compares the
+    inputs without that."""
     from pipeline.inspect.verify import iter_input_records
 
     dirs = real_session_dirs()
@@ -258,10 +260,8 @@ def bench_real_sessions(work: Path, workers: int) -> dict | None:
             rollouts.append(rollout.model_copy(update={"reward": reward}))
     src = work / "real.jsonl"
     write_canonical_jsonl(text_only(rollouts), src)
-    (wall, _, manifest, steps), (tokenize, write, _, bound_cpu), piece = fastest(
-        lambda: seam_build([src], work / "real-out", workers, timings=True),
-        lambda: on_one_core("distinct_text_bound", src, work / "real-out", threads=workers),
-        lambda: on_one_core("distinct_piece_tokenize", src, threads=workers),
+    (wall, _, manifest, steps), (tokenize, write, _, bound_cpu), piece = build_and_bounds(
+        src, work / "real-out", workers
     )
     build_cpu = sum(s["cpu_s"] for s in steps["steps"].values())
     return {
@@ -275,7 +275,7 @@ def bench_real_sessions(work: Path, workers: int) -> dict | None:
         "ratio_cpu": round(bound_cpu / build_cpu, 2),
         "piece_bound_s": round(piece[0] + write, 2),
         "ratio_piece_bound": round((piece[0] + write) / wall, 2),
-        "piece_share": round(_piece_share(src), 3),
+        "piece_share": round(piece[3], 3),
     }
 
 
@@ -461,6 +461,11 @@ def print_table(results: dict) -> None:
             f"{t['piece_share']}",
             "reported",
         )
+        table.add_row(
+            "distinct-text bound / build stage, one core",
+            f"{t['ratio_one_core']} ({t['bound_one_core_s']} vs {t['stage_one_core_s']} s)",
+            "reported",
+        )
     r = results.get("real_sessions_vs_distinct_text_bound")
     if r:
         table.add_row(
@@ -472,12 +477,6 @@ def print_table(results: dict) -> None:
         table.add_row(
             "  the same, distinct-piece bound / build-rl; distinct piece / text characters",
             f"{r['ratio_piece_bound']}; {r['piece_share']}",
-            "reported",
-        )
-    if t:
-        table.add_row(
-            "distinct-text bound / build stage, one core",
-            f"{t['ratio_one_core']} ({t['bound_one_core_s']} vs {t['stage_one_core_s']} s)",
             "reported",
         )
     if "naive_baseline" not in results:  # --only text

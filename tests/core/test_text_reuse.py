@@ -12,14 +12,12 @@ reuse pauses where nothing repeats.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.run import real_session_dirs
 from pipeline.core import text_reuse
 from pipeline.core.long_text import CUT
 from pipeline.core.render import ChatRenderer
@@ -240,12 +238,7 @@ def test_the_join_of_the_pieces_is_the_text(mask):
     assert "".join(cut_pieces(text, mask=mask)) == text
 
 
-def _real_dirs() -> list[Path]:
-    dirs = (os.environ.get(v) for v in ("SEAM_REALWORLD_DIR", "SEAM_REALWORLD_NEW_DIR"))
-    return [Path(d) for d in dirs if d and Path(d).is_dir()]
-
-
-@pytest.mark.skipif(not _real_dirs(), reason="SEAM_REALWORLD_DIR / _NEW_DIR not set")
+@pytest.mark.skipif(not real_session_dirs(), reason="SEAM_REALWORLD_DIR / _NEW_DIR not set")
 def test_reused_and_whole_encodes_agree_on_every_long_text_of_the_real_sessions():
     """Every message text of the real sessions long enough to be cut (Claude Code, Codex,
     OpenHands, ...: file reads, diffs, test logs, Unicode), encoded with reuse and by a
@@ -254,7 +247,7 @@ def test_reused_and_whole_encodes_agree_on_every_long_text_of_the_real_sessions(
     from pipeline.inspect.verify import iter_input_records
 
     files = sorted(
-        p for d in _real_dirs() for p in d.rglob("*") if p.is_file() and p.suffix != ".md"
+        p for d in real_session_dirs() for p in d.rglob("*") if p.is_file() and p.suffix != ".md"
     )
     texts: dict[str, None] = {}
     for _, _, rollout in iter_input_records(files):
@@ -279,12 +272,17 @@ def test_reused_and_whole_encodes_agree_on_every_long_text_of_the_real_sessions(
 
 
 def test_the_bench_reports_how_much_of_its_input_the_reuse_can_skip(tmp_path):
-    """``bench/run.py``'s ``piece_share`` (distinct piece / distinct text characters, the
-    line that shows how repetitive a bench input is): 1.0 where texts share no stretch,
-    about half where every text is the same file read again with one line edited."""
+    """``bench/bound.py``'s ``piece_share`` of an input (distinct piece / distinct text
+    characters, the line that shows how repetitive a bench input is): 1.0 where texts
+    share no stretch, about half where every text is the same file read again with one
+    line edited."""
     import orjson
 
-    from bench.run import _piece_share
+    from bench.bound import distinct_pieces, distinct_texts, piece_share
+
+    def _piece_share(src):
+        texts = distinct_texts(src)
+        return piece_share(texts, distinct_pieces(texts))
 
     def rollout(rid: str, texts: list[str]) -> bytes:
         events = [
